@@ -1,0 +1,145 @@
+"""The fbnas command line: parse, call a library function, map errors to exit codes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+import fbnas
+from fbnas.errors import FbnasError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class Group(click.Group):
+    """Turns FbnasError into a one-line message and exit code, never a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except FbnasError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(e.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=Group, context_settings=CONTEXT)
+@click.version_option(fbnas.__version__, "--version", prog_name="fbnas")
+def main() -> None:
+    """FBNet-style hardware-aware differentiable neural architecture search.
+
+    \b
+    The usual chain:
+      fbnas profile --space fbnet_cifar --out lookup_tables/mine.json
+      fbnas train --config configs/fbnet_cifar.yaml --out runs/search
+      fbnas sample runs/search --hard --out arch.json
+    """
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("--space", "space_name", required=True,
+              help="Bundled space name (fbnet_cifar, fbnet_imagenet, tiny) or a space YAML file.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the lookup table (JSON).")
+@click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1),
+              help="torch intra-op threads used while timing (recorded in the table).")
+@click.option("--batch", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Batch size of the timed inputs.")
+@click.option("--rounds", default=5, show_default=True, type=click.IntRange(min=1),
+              help="Interleaved timing rounds per entry.")
+@click.option("--min-time", default=0.05, show_default=True, type=click.FloatRange(min=0.001),
+              help="Seconds of timing per entry and round.")
+@click.option("--check", "check_n", default=0, show_default=True, type=click.IntRange(min=0),
+              help="After profiling, calibrate and check on N random networks (see calibrate).")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--force", is_flag=True, help="Overwrite an existing table.")
+def profile(space_name, out, threads, batch, rounds, min_time, check_n, seed, force):
+    """Time every candidate op at every searchable layer into a latency lookup table.
+
+    \b
+    Example:
+      fbnas profile --space fbnet_cifar --out lookup_tables/fbnet_cifar.json --threads 1
+    """
+    from fbnas.io import refuse_overwrite
+    from fbnas.lut import LUT, profile_space, save_lut
+    from fbnas.space import load_space
+
+    space = load_space(space_name)
+    refuse_overwrite(out, force)
+    data = profile_space(space, threads=threads, batch=batch, rounds=rounds,
+                         min_run_time=min_time, seed=seed, source=str(space_name))
+    if check_n:
+        from fbnas.fidelity import calibrate_lut
+        report = calibrate_lut(LUT(data), networks=check_n, seed=seed)
+        click.echo(report.text())
+        data["calibration"] = report.calibration()
+    save_lut(data, out, force=force)
+    click.echo(LUT(data, out).summary())
+    click.echo(f"wrote {out}")
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("lut_path", metavar="LUT", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--networks", default=50, show_default=True, type=click.IntRange(min=4),
+              help="Random networks to time.")
+@click.option("--fit", default=20, show_default=True, type=click.IntRange(min=2),
+              help="How many of them fit the calibration; the rest test it.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--min-time", default=0.2, show_default=True, type=click.FloatRange(min=0.001),
+              help="Seconds of timing per network and pass.")
+@click.option("--dry-run", is_flag=True, help="Report only; leave the table unchanged.")
+@click.option("--force", is_flag=True, help="Replace an existing calibration.")
+def calibrate(lut_path, networks, fit, seed, min_time, dry_run, force):
+    """Measure random whole networks, report the table's fidelity, store a calibration.
+
+    Networks are timed twice with the profile's protocol, interleaved with re-timed table
+    entries. Prints signed bias, MAPE, share within +-10% and Kendall tau for the raw table,
+    the calibrated table (a * sum + b, fitted on --fit networks, scored on the rest) and FLOPs,
+    next to the noise floor (the two timings of the same networks).
+
+    \b
+    Example:
+      fbnas calibrate lookup_tables/fbnet_cifar.json --networks 50 --fit 20
+    """
+    from fbnas.fidelity import calibrate_lut
+    from fbnas.io import write_json
+    from fbnas.lut import load_lut
+
+    lut = load_lut(lut_path)
+    if lut.calibration and not (force or dry_run):
+        raise FbnasError(f"{lut_path} already has a calibration; pass --force to replace it "
+                         "or --dry-run to only report")
+    if fit >= networks:
+        raise FbnasError(f"--fit ({fit}) must be smaller than --networks ({networks})")
+    report = calibrate_lut(lut, networks=networks, fit=fit, seed=seed, min_run_time=min_time)
+    click.echo(report.text())
+    if not dry_run:
+        lut.data["calibration"] = report.calibration()
+        write_json(lut_path, lut.data)
+        click.echo(f"stored the calibration in {lut_path}")
+
+
+@main.command("show-lut", context_settings=CONTEXT)
+@click.argument("lut_path", metavar="LUT", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--space", "space_name", default=None,
+              help="Also check the table against this space.")
+def show_lut(lut_path, space_name):
+    """Validate a lookup table and print its summary.
+
+    \b
+    Example:
+      fbnas show-lut lookup_tables/fbnet_cifar.json --space fbnet_cifar
+    """
+    from fbnas.lut import load_lut
+    from fbnas.space import load_space
+
+    space = load_space(space_name) if space_name else None
+    click.echo(load_lut(lut_path, space).summary())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Atomic file writes: a temporary file in the same folder, fsync, then rename."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+from fbnas.errors import FbnasError
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp_path)`` and move the result onto ``path`` in one rename."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+    except OSError as e:
+        raise FbnasError(f"cannot write {path}: {e.strerror}") from None
+    tmp_path = Path(tmp)
+    try:
+        write(tmp_path)
+        with open(tmp_path, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    except OSError as e:
+        raise FbnasError(f"cannot write {path}: {e.strerror}") from None
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    """Write ``data`` as indented JSON, atomically."""
+    text = json.dumps(data, indent=1, sort_keys=False) + "\n"
+    atomic_write(path, lambda p: p.write_text(text))
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """Read a JSON file; a missing, truncated or corrupted file is a one-line FbnasError."""
+    path = Path(path)
+    if not path.is_file():
+        raise FbnasError(f"{what} {path} does not exist")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise FbnasError(f"cannot read {what} {path}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise FbnasError(f"{what} {path} is not valid JSON (truncated or corrupted?) at line "
+                         f"{e.lineno}: {e.msg}") from None
+
+
+def refuse_overwrite(path: str | Path, force: bool) -> None:
+    """Refuse to replace an existing result unless the user passed --force."""
+    if Path(path).exists() and not force:
+        raise FbnasError(f"{path} already exists; pass --force to overwrite it")

@@ -1,0 +1,331 @@
+"""Latency lookup tables: profiling every candidate at every layer, the file, validation."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from fbnas.errors import FbnasError
+from fbnas.io import read_json, refuse_overwrite, write_json
+from fbnas.model import Head, Stem
+from fbnas.ops import build_op
+from fbnas.space import Layer, SearchSpace
+from fbnas.timing import environment, measure_interleaved, runner, set_threads, summarize
+
+SCHEMA = "fbnas.lut/1"
+METRICS = ("latency", "flops", "params")
+
+
+@dataclass(frozen=True)
+class EntrySpec:
+    """What one LUT entry times: a module at one input shape."""
+
+    key: str
+    kind: str  # "op", "stem" or "head"
+    op: str
+    c_in: int
+    c_out: int
+    stride: int
+    h: int
+    w: int
+    batch: int
+
+    def build(self, space: SearchSpace) -> nn.Module:
+        if self.kind == "stem":
+            return Stem(self.c_in, self.c_out, space.stem_kernel, self.stride)
+        if self.kind == "head":
+            return Head(self.c_in, space.head_channels, space.num_classes)
+        return build_op(self.op, self.c_in, self.c_out, self.stride)
+
+    def fields(self) -> dict:
+        return {"kind": self.kind, "op": self.op, "c_in": self.c_in, "c_out": self.c_out,
+                "stride": self.stride, "h": self.h, "w": self.w, "batch": self.batch}
+
+
+def op_key(op: str, c_in: int, c_out: int, stride: int, h: int, w: int, batch: int) -> str:
+    return f"{op}/{c_in}-{c_out}/s{stride}/{h}x{w}/b{batch}"
+
+
+def layer_entries(layer: Layer, batch: int) -> dict[str, EntrySpec]:
+    """Candidate op -> entry spec for one searchable layer."""
+    return {op: EntrySpec(op_key(op, layer.c_in, layer.c_out, layer.stride, layer.h, layer.w,
+                                 batch), "op", op, layer.c_in, layer.c_out, layer.stride,
+                          layer.h, layer.w, batch)
+            for op in layer.candidates}
+
+
+def fixed_entries(space: SearchSpace, batch: int) -> dict[str, EntrySpec]:
+    """The stem and head: not searched, but part of every network's latency."""
+    r = space.resolution
+    fh, fw = space.final_hw
+    return {
+        "stem": EntrySpec(op_key(f"stem_k{space.stem_kernel}", space.in_channels,
+                                 space.stem_channels, space.stem_stride, r, r, batch),
+                          "stem", f"stem_k{space.stem_kernel}", space.in_channels,
+                          space.stem_channels, space.stem_stride, r, r, batch),
+        "head": EntrySpec(op_key(f"head_{space.head_channels}x{space.num_classes}",
+                                 space.final_channels, space.head_channels, 1, fh, fw, batch),
+                          "head", f"head_{space.head_channels}x{space.num_classes}",
+                          space.final_channels, space.head_channels, 1, fh, fw, batch),
+    }
+
+
+def count_cost(module: nn.Module, x: torch.Tensor) -> tuple[int, int]:
+    """(FLOPs, parameters) of one forward pass, by torch's own flop counter."""
+    module.eval()
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        module(x)
+    return int(counter.get_total_flops()), sum(p.numel() for p in module.parameters())
+
+
+def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: int = 5,
+                  min_run_time: float = 0.05, rel_iqr: float = 0.10, seed: int = 0,
+                  source: str | None = None) -> dict:
+    """Time every distinct (op, shape) of ``space`` and return the LUT as a dict."""
+    if batch < 1:
+        raise FbnasError("--batch must be at least 1")
+    if threads < 1:
+        raise FbnasError("--threads must be at least 1")
+    set_threads(threads)
+    torch.manual_seed(seed)
+    specs: dict[str, EntrySpec] = {}
+    layers = []
+    for layer in space.layers:
+        cand = layer_entries(layer, batch)
+        for spec in cand.values():
+            specs.setdefault(spec.key, spec)
+        layers.append({"index": layer.index, "stage": layer.stage, "c_in": layer.c_in,
+                       "c_out": layer.c_out, "stride": layer.stride, "h": layer.h, "w": layer.w,
+                       "candidates": {op: s.key for op, s in cand.items()}})
+    fixed = fixed_entries(space, batch)
+    for spec in fixed.values():
+        specs.setdefault(spec.key, spec)
+
+    fns, costs = {}, {}
+    for key, spec in specs.items():
+        module = spec.build(space)
+        x = torch.randn(batch, spec.c_in, spec.h, spec.w)
+        costs[key] = count_cost(module, x)
+        fns[key] = runner(module, x)
+
+    started = time.monotonic()
+    times = measure_interleaved(fns, threads, rounds=rounds, min_run_time=min_run_time,
+                                rel_iqr=rel_iqr, seed=seed, desc="profile")
+    elapsed = time.monotonic() - started
+
+    entries = {}
+    for key, spec in specs.items():
+        flops, params = costs[key]
+        entries[key] = {**spec.fields(), **summarize(times[key]), "flops": flops,
+                        "params": params}
+    return {
+        "schema": SCHEMA,
+        "space": {"name": space.name, "hash": space.hash, "source": source,
+                  "definition": space.raw},
+        "environment": environment(threads),
+        "protocol": {
+            "batch": batch, "dtype": "float32", "memory_format": "contiguous",
+            "statistic": "median", "unit": "us", "mode": "eval+inference_mode",
+            "timer": "torch.utils.benchmark.Timer.blocked_autorange",
+            "min_run_time_s": min_run_time, "rounds": rounds, "interleaved": True,
+            "remeasure_rel_iqr": rel_iqr, "warmup_calls": 3, "seed": seed,
+            "profile_seconds": round(elapsed, 1),
+        },
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "entries": entries,
+        "fixed": {name: spec.key for name, spec in fixed.items()},
+        "layers": layers,
+    }
+
+
+def _positive(value: Any, allow_zero: bool) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
+
+
+class LUT:
+    """A loaded, validated lookup table."""
+
+    def __init__(self, data: dict, path: str | Path | None = None):
+        self.data = data
+        self.path = Path(path) if path else None
+        self._validate()
+
+    def _err(self, msg: str) -> FbnasError:
+        where = f"lookup table {self.path}" if self.path else "lookup table"
+        return FbnasError(f"{where}: {msg}")
+
+    def _validate(self) -> None:
+        d = self.data
+        if not isinstance(d, dict):
+            raise self._err("top level must be a JSON object")
+        if d.get("schema") != SCHEMA:
+            raise self._err(f"schema is {d.get('schema')!r}, this fbnas reads {SCHEMA!r}; "
+                            "re-run fbnas profile")
+        for key in ("space", "environment", "protocol", "entries", "layers", "fixed"):
+            if key not in d:
+                raise self._err(f"missing the '{key}' section (truncated or hand-edited?)")
+        entries = d["entries"]
+        if not isinstance(entries, dict) or not isinstance(d["layers"], list):
+            raise self._err("'entries' must be an object and 'layers' a list")
+        for key, e in entries.items():
+            if not isinstance(e, dict):
+                raise self._err(f"entry {key} is not an object")
+            for field in ("median", "iqr", "min", "runs", "flops", "params"):
+                ok = _positive(e.get(field), allow_zero=field not in ("median", "min", "runs"))
+                if not ok:
+                    raise self._err(f"entry {key} has a bad {field}: {e.get(field)!r} "
+                                    "(want a finite positive number)")
+        for li, layer in enumerate(d["layers"]):
+            cands = layer.get("candidates") if isinstance(layer, dict) else None
+            if not isinstance(cands, dict) or not cands:
+                raise self._err(f"layer {li} has no candidates")
+            for op, key in cands.items():
+                if key not in entries:
+                    raise self._err(f"layer {li} candidate {op} points at missing entry {key}")
+        for name in ("stem", "head"):
+            if d["fixed"].get(name) not in entries:
+                raise self._err(f"the {name} entry is missing")
+        cal = d.get("calibration")
+        if cal is not None:
+            if not (isinstance(cal, dict) and _positive(cal.get("a"), False)
+                    and isinstance(cal.get("b"), (int, float)) and math.isfinite(cal["b"])):
+                raise self._err("calibration must hold a positive 'a' and a finite 'b'")
+
+    @property
+    def space_hash(self) -> str:
+        return self.data["space"]["hash"]
+
+    @property
+    def batch(self) -> int:
+        return int(self.data["protocol"]["batch"])
+
+    @property
+    def threads(self) -> int:
+        return int(self.data["environment"]["threads"])
+
+    @property
+    def calibration(self) -> tuple[float, float] | None:
+        cal = self.data.get("calibration")
+        return (float(cal["a"]), float(cal["b"])) if cal else None
+
+    def space(self) -> SearchSpace:
+        """The space the table was profiled for, rebuilt from the copy stored in the table."""
+        return SearchSpace.from_dict(self.data["space"]["definition"])
+
+    def check_space(self, space: SearchSpace) -> None:
+        """Refuse a table profiled for a different space, or one missing any layer x candidate."""
+        if self.space_hash != space.hash:
+            raise self._err(f"was profiled for space {self.data['space']['name']} "
+                            f"(hash {self.space_hash}), not for {space.name} (hash {space.hash}); "
+                            f"profile it with: fbnas profile --space {space.name}")
+        layers = self.data["layers"]
+        if len(layers) != len(space.layers):
+            raise self._err(f"has {len(layers)} layers, space {space.name} has "
+                            f"{len(space.layers)}")
+        for layer, row in zip(space.layers, layers):
+            missing = [op for op in layer.candidates if op not in row["candidates"]]
+            if missing:
+                raise self._err(f"layer {layer.index} lacks candidate(s) {', '.join(missing)}")
+
+    def entry(self, key: str) -> dict:
+        return self.data["entries"][key]
+
+    def _value(self, key: str, metric: str) -> float:
+        if metric not in METRICS:
+            raise FbnasError(f"unknown cost metric {metric!r}; use one of {', '.join(METRICS)}")
+        e = self.entry(key)
+        return float(e["median"] if metric == "latency" else e[metric])
+
+    def layer_costs(self, metric: str = "latency") -> list[list[float]]:
+        """Per layer, the cost of each candidate (in the layer's candidate order)."""
+        return [[self._value(key, metric) for key in layer["candidates"].values()]
+                for layer in self.data["layers"]]
+
+    def layer_candidates(self) -> list[list[str]]:
+        return [list(layer["candidates"]) for layer in self.data["layers"]]
+
+    def fixed_cost(self, metric: str = "latency") -> float:
+        return sum(self._value(k, metric) for k in self.data["fixed"].values())
+
+    def raw_sum(self, ops: list[str], metric: str = "latency") -> float:
+        """Stem + chosen ops + head, straight from the table."""
+        total = self.fixed_cost(metric)
+        for layer, op in zip(self.data["layers"], ops):
+            if op not in layer["candidates"]:
+                raise FbnasError(f"op {op!r} is not a candidate of layer {layer['index']}")
+            total += self._value(layer["candidates"][op], metric)
+        return total
+
+    def predict(self, ops: list[str]) -> float:
+        """Predicted whole-network latency in microseconds (calibrated when possible)."""
+        total = self.raw_sum(ops)
+        cal = self.calibration
+        return cal[0] * total + cal[1] if cal else total
+
+    def summary(self) -> str:
+        d = self.data
+        env, prot = d["environment"], d["protocol"]
+        entries = d["entries"]
+        meds = [e["median"] for e in entries.values()]
+        rel = sorted(e["iqr"] / e["median"] for e in entries.values())
+        lines = [
+            f"lookup table for space {d['space']['name']} (hash {self.space_hash}), "
+            f"{len(d['layers'])} layers, {len(entries)} distinct entries",
+            f"measured {d['created']} on {env['cpu']} ({env['machine']}), {env['threads']} "
+            f"thread(s), torch {env['torch']}, batch {prot['batch']}, {prot['dtype']}",
+            f"entry medians {min(meds):.1f} .. {max(meds):.1f} us; median IQR/median "
+            f"{100 * rel[len(rel) // 2]:.1f}%",
+        ]
+        if "profile_seconds" in prot:
+            lines.append(f"profiling took {prot['profile_seconds']:.0f} s")
+        cands = self.layer_candidates()
+        costs = self.layer_costs()
+        lines.append(f"{'layer':>5} {'shape':>22}  fastest non-skip  slowest        (us)")
+        for row, names, c in zip(d["layers"], cands, costs):
+            fast = fastest_non_skip(names, c)
+            slow = max(range(len(c)), key=c.__getitem__)
+            shape = f"{row['c_in']}->{row['c_out']} s{row['stride']} {row['h']}x{row['w']}"
+            lines.append(f"{row['index']:>5} {shape:>22}  {names[fast]:<10}{c[fast]:7.1f}  "
+                         f"{names[slow]:<8}{c[slow]:7.1f}")
+        fixed = self.fixed_cost()
+        lo = fixed + sum(min(c) for c in costs)
+        hi = fixed + sum(max(c) for c in costs)
+        lines.append(f"network latency by the table: {lo / 1000:.3f} .. {hi / 1000:.3f} ms "
+                     f"(stem + head {fixed:.1f} us)")
+        cal = d.get("calibration")
+        if cal:
+            lines.append(f"calibration: measured ~= {cal['a']:.4f} * table sum + {cal['b']:.1f} us "
+                         f"(fitted on {cal.get('networks_fit', '?')} networks)")
+        else:
+            lines.append("no calibration yet (fbnas calibrate LUT)")
+        return "\n".join(lines)
+
+
+def fastest_non_skip(names: list[str], costs: list[float]) -> int:
+    """Index of the cheapest candidate other than skip (skip itself if it is the only one)."""
+    idx = [i for i, n in enumerate(names) if n != "skip"] or list(range(len(names)))
+    return min(idx, key=costs.__getitem__)
+
+
+def load_lut(path: str | Path, space: SearchSpace | None = None) -> LUT:
+    """Load and validate a table; with ``space``, also check it was profiled for that space."""
+    lut = LUT(read_json(path, "lookup table"), path)
+    if space is not None:
+        lut.check_space(space)
+    return lut
+
+
+def save_lut(data: dict, path: str | Path, force: bool = False) -> None:
+    refuse_overwrite(path, force)
+    LUT(data)  # never write a table that would not load
+    write_json(path, data)

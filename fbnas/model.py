@@ -1,0 +1,96 @@
+"""Fixed networks built from a model definition: plain data, never source code."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from fbnas.errors import FbnasError
+from fbnas.ops import build_op, check_op_fits, conv_bn
+
+
+def _field_int(d: Any, key: str, where: str) -> int:
+    if not isinstance(d, dict) or key not in d:
+        raise FbnasError(f"model definition: {where} is missing '{key}'")
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise FbnasError(f"model definition: {where}.{key} must be a positive integer, got {v!r}")
+    return v
+
+
+def validate_definition(defn: Any) -> None:
+    """Raise FbnasError with the offending field if ``defn`` cannot be built."""
+    if not isinstance(defn, dict):
+        raise FbnasError("model definition must be a mapping")
+    for key in ("input", "stem", "blocks", "head"):
+        if key not in defn:
+            raise FbnasError(f"model definition is missing '{key}'")
+    _field_int(defn["input"], "channels", "input")
+    _field_int(defn["input"], "resolution", "input")
+    c = _field_int(defn["stem"], "channels", "stem")
+    _field_int(defn["stem"], "kernel", "stem")
+    _field_int(defn["stem"], "stride", "stem")
+    blocks = defn["blocks"]
+    if not isinstance(blocks, list) or not blocks:
+        raise FbnasError("model definition: blocks must be a non-empty list")
+    for i, b in enumerate(blocks):
+        where = f"blocks[{i}]"
+        c_in = _field_int(b, "c_in", where)
+        c_out = _field_int(b, "c_out", where)
+        stride = _field_int(b, "stride", where)
+        if c_in != c:
+            raise FbnasError(f"model definition: {where}.c_in is {c_in} but the previous layer "
+                             f"outputs {c} channels")
+        if "op" not in b:
+            raise FbnasError(f"model definition: {where} is missing 'op'")
+        try:
+            check_op_fits(b["op"], c_in, c_out, stride)
+        except FbnasError as e:
+            raise FbnasError(f"model definition: {where}: {e}") from None
+        c = c_out
+    _field_int(defn["head"], "channels", "head")
+    _field_int(defn["head"], "classes", "head")
+
+
+class Stem(nn.Sequential):
+    def __init__(self, c_in: int, c_out: int, kernel: int, stride: int):
+        super().__init__(*conv_bn(c_in, c_out, kernel, stride))
+
+
+class Head(nn.Module):
+    """1x1 conv + BN + ReLU, global average pool, fully connected classifier."""
+
+    def __init__(self, c_in: int, channels: int, classes: int, dropout: float = 0.0):
+        super().__init__()
+        self.conv = conv_bn(c_in, channels, 1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.fc = nn.Linear(channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(self.conv(x)).flatten(1)
+        return self.fc(self.dropout(x))
+
+
+class Network(nn.Module):
+    """Stem, one op per block, head: the network a model definition describes."""
+
+    def __init__(self, defn: dict, dropout: float = 0.0):
+        super().__init__()
+        validate_definition(defn)
+        self.definition = defn
+        st = defn["stem"]
+        self.stem = Stem(defn["input"]["channels"], st["channels"], st["kernel"], st["stride"])
+        self.blocks = nn.Sequential(*[build_op(b["op"], b["c_in"], b["c_out"], b["stride"])
+                                      for b in defn["blocks"]])
+        hd = defn["head"]
+        self.head = Head(defn["blocks"][-1]["c_out"], hd["channels"], hd["classes"], dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.stem(x)))
+
+    def input_shape(self, batch: int = 1) -> tuple[int, int, int, int]:
+        i = self.definition["input"]
+        return (batch, i["channels"], i["resolution"], i["resolution"])
