@@ -57,3 +57,14 @@ def refuse_overwrite(path: str | Path, force: bool) -> None:
     """Refuse to replace an existing result unless the user passed --force."""
     if Path(path).exists() and not force:
         raise FbnasError(f"{path} already exists; pass --force to overwrite it")
+
+
+def file_hash(path: str | Path) -> str:
+    """Short sha256 of a file's bytes: how checkpoints and definitions name their sources."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
