@@ -11,7 +11,7 @@ from tqdm import tqdm
 class Progress:
     """Counts done/total with an ETA; silent when ``enabled`` is False."""
 
-    def __init__(self, total: int, desc: str, enabled: bool = True, lines: int = 10):
+    def __init__(self, total: int, desc: str, enabled: bool = True, interval: float = 10.0):
         self.total = total
         self.done = 0
         self.desc = desc
@@ -19,8 +19,8 @@ class Progress:
         self.start = time.monotonic()
         self.tty = enabled and sys.stderr.isatty()
         self.bar = tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True) if self.tty else None
-        self.every = max(1, total // lines)
-        self.next_line = self.every
+        self.interval = interval
+        self.last_line = self.start
 
     def add(self, n: int) -> None:
         """Grow the total (for work discovered on the way, such as re-measurements)."""
@@ -33,9 +33,10 @@ class Progress:
         self.done += n
         if self.bar is not None:
             self.bar.update(n)
-        elif self.enabled and self.done >= self.next_line:
-            self.next_line = self.done + self.every
-            elapsed = time.monotonic() - self.start
+        elif self.enabled and (time.monotonic() - self.last_line >= self.interval
+                               or self.done == self.total):
+            self.last_line = time.monotonic()
+            elapsed = self.last_line - self.start
             eta = elapsed / self.done * (self.total - self.done)
             print(f"{self.desc}: {self.done}/{self.total} done, {elapsed:.0f}s elapsed, "
                   f"ETA {eta:.0f}s", file=sys.stderr, flush=True)

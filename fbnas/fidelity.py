@@ -1,0 +1,150 @@
+"""How well a lookup table predicts whole networks, and the calibration that corrects it.
+
+Random architectures are built from the table's space and timed twice (two passes) with the
+profile's protocol, interleaved with re-timed table entries. Reported, against the noise
+floor of the two passes: the raw table sum, the calibrated table (measured ~= a * sum + b,
+fitted by least squares on the first ``fit`` networks, scored on the rest) and FLOPs fitted
+the same way.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import numpy as np
+import torch
+from scipy.stats import kendalltau
+
+from fbnas.lut import LUT, fixed_entries, layer_entries
+from fbnas.model import Network
+from fbnas.timing import measure_interleaved, runner, set_threads
+
+
+def errors(pred: np.ndarray, meas: np.ndarray) -> dict:
+    """Signed bias, MAPE and share within +-10% (percent), and Kendall tau of pred vs meas."""
+    rel = (pred - meas) / meas
+    tau = kendalltau(pred, meas).statistic if len(pred) > 1 else float("nan")
+    return {"bias_pct": float(100 * rel.mean()), "mape_pct": float(100 * np.abs(rel).mean()),
+            "within10_pct": float(100 * (np.abs(rel) <= 0.10).mean()), "kendall_tau": float(tau),
+            "n": int(len(pred))}
+
+
+def fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Least-squares y ~= a * x + b."""
+    a, b = np.polyfit(x, y, 1)
+    return float(a), float(b)
+
+
+@dataclass
+class FidelityReport:
+    lut: LUT
+    archs: list[list[str]]
+    fit: int
+    measured: np.ndarray  # both passes pooled, us
+    pass_a: np.ndarray
+    pass_b: np.ndarray
+    raw: np.ndarray  # stored table sums, us
+    retimed: np.ndarray  # sums of entries re-timed in this run, us
+    flops: np.ndarray
+    a: float = 0.0
+    b: float = 0.0
+    figures: dict = field(default_factory=dict)
+
+    def compute(self) -> None:
+        f, t = slice(0, self.fit), slice(self.fit, None)
+        self.a, self.b = fit_line(self.raw[f], self.measured[f])
+        fa, fb = fit_line(self.flops[f], self.measured[f])
+        self.figures = {
+            "noise_floor": errors(self.pass_b, self.pass_a),
+            "raw_table_all": errors(self.raw, self.measured),
+            "retimed_table_all": errors(self.retimed, self.measured),
+            "raw_table_test": errors(self.raw[t], self.measured[t]),
+            "calibrated_table_test": errors(self.a * self.raw[t] + self.b, self.measured[t]),
+            "flops_calibrated_test": errors(fa * self.flops[t] + fb, self.measured[t]),
+        }
+
+    def calibration(self) -> dict:
+        """The block stored under ``calibration`` in the table."""
+        return {"a": self.a, "b": self.b, "form": "measured_us = a * table_sum_us + b",
+                "networks_fit": self.fit, "networks_test": len(self.archs) - self.fit,
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "report": self.figures}
+
+    def text(self) -> str:
+        rows = [
+            ("noise floor (pass B vs pass A)", "noise_floor"),
+            ("table sum, all networks", "raw_table_all"),
+            ("table re-timed now, all", "retimed_table_all"),
+            ("table sum, test networks", "raw_table_test"),
+            ("calibrated table, test", "calibrated_table_test"),
+            ("FLOPs (fitted), test", "flops_calibrated_test"),
+        ]
+        n = len(self.archs)
+        out = [f"fidelity on {n} random networks ({self.fit} fit, {n - self.fit} test), "
+               f"measured {self.measured.min() / 1000:.2f} .. {self.measured.max() / 1000:.2f} ms",
+               f"{'predictor':<32}{'bias%':>8}{'MAPE%':>8}{'<=10%':>8}{'tau':>8}"]
+        for label, key in rows:
+            e = self.figures[key]
+            out.append(f"{label:<32}{e['bias_pct']:8.1f}{e['mape_pct']:8.1f}"
+                       f"{e['within10_pct']:8.0f}{e['kendall_tau']:8.3f}")
+        out.append(f"calibration: measured ~= {self.a:.4f} * table sum + {self.b:.1f} us")
+        return "\n".join(out)
+
+
+def random_archs(lut: LUT, n: int, seed: int) -> list[list[str]]:
+    rng = random.Random(seed)
+    return [[rng.choice(c) for c in lut.layer_candidates()] for _ in range(n)]
+
+
+def calibrate_lut(lut: LUT, networks: int = 50, fit: int = 20, seed: int = 0,
+                  min_run_time: float = 0.2, entry_min_run_time: float | None = None) -> FidelityReport:
+    """Time ``networks`` random networks and the table's entries; fit and score a calibration."""
+    space = lut.space()
+    threads, batch = lut.threads, lut.batch
+    set_threads(threads)
+    torch.manual_seed(seed)
+    archs = random_archs(lut, networks, seed)
+    entry_time = entry_min_run_time or float(lut.data["protocol"].get("min_run_time_s", 0.05))
+
+    items, entry_items = {}, {}
+    for i, ops in enumerate(archs):
+        net = Network(space.definition(ops))
+        items[f"net{i}"] = runner(net, torch.randn(net.input_shape(batch)))
+    specs = {s.key: s for s in fixed_entries(space, batch).values()}
+    for layer in space.layers:
+        specs.update({s.key: s for s in layer_entries(layer, batch).values()})
+    for key, spec in specs.items():
+        entry_items[key] = runner(spec.build(space), torch.randn(batch, spec.c_in, spec.h, spec.w))
+
+    passes = []
+    retimed: dict[str, list[float]] = {k: [] for k in entry_items}
+    for p in range(2):
+        nets = measure_interleaved(items, threads, rounds=1, min_run_time=min_run_time,
+                                   extra_rounds=0, seed=seed + p, desc=f"networks pass {p + 1}")
+        ent = measure_interleaved(entry_items, threads, rounds=1, min_run_time=entry_time,
+                                  extra_rounds=0, seed=seed + p, desc=f"entries pass {p + 1}")
+        for k, v in ent.items():
+            retimed[k].extend(v)
+        passes.append(nets)
+
+    def med(ts):
+        return float(np.median(ts)) * 1e6
+
+    keys = list(items)
+    pass_a = np.array([med(passes[0][k]) for k in keys])
+    pass_b = np.array([med(passes[1][k]) for k in keys])
+    measured = np.array([med(passes[0][k] + passes[1][k]) for k in keys])
+    retimed_us = {k: med(v) for k, v in retimed.items()}
+    fixed_keys = [s.key for s in fixed_entries(space, batch).values()]
+    retimed_sum = np.array([
+        sum(retimed_us[k] for k in fixed_keys)
+        + sum(retimed_us[layer_entries(layer, batch)[op].key] for layer, op in zip(space.layers, ops))
+        for ops in archs])
+    report = FidelityReport(
+        lut=lut, archs=archs, fit=fit, measured=measured, pass_a=pass_a, pass_b=pass_b,
+        raw=np.array([lut.raw_sum(ops) for ops in archs]), retimed=retimed_sum,
+        flops=np.array([lut.raw_sum(ops, "flops") for ops in archs]))
+    report.compute()
+    return report

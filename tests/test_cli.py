@@ -1,0 +1,62 @@
+import json
+
+from click.testing import CliRunner
+
+import fbnas
+from fbnas.cli import main
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_help_and_version():
+    r = run("--help")
+    assert r.exit_code == 0 and "profile" in r.output
+    r = run("--version")
+    assert r.exit_code == 0 and fbnas.__version__ in r.output
+    for cmd in ("profile", "calibrate", "show-lut"):
+        r = run(cmd, "--help")
+        assert r.exit_code == 0 and "Example" in r.output, cmd
+
+
+def test_usage_error_exit_code_2():
+    r = run("profile", "--space", "tiny")
+    assert r.exit_code == 2 and "--out" in r.output
+
+
+def test_profile_tiny_end_to_end_and_refuses_overwrite(tmp_path):
+    out = tmp_path / "tiny.json"
+    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--min-time", 0.002)
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    assert data["space"]["name"] == "tiny" and len(data["layers"]) == 4
+    assert "fastest non-skip" in r.output
+    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--min-time", 0.002)
+    assert r.exit_code == 1 and "--force" in r.output and "Traceback" not in r.output
+    r = run("show-lut", out, "--space", "tiny")
+    assert r.exit_code == 0 and "4 layers" in r.output
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path, tiny_lut_file):
+    r = run("profile", "--space", "nope", "--out", tmp_path / "x.json")
+    assert r.exit_code == 1 and "unknown space 'nope'" in r.output
+    assert not (tmp_path / "x.json").exists()
+    r = run("show-lut", tiny_lut_file, "--space", "fbnet_cifar")
+    assert r.exit_code == 1 and "profiled for space tiny" in r.output
+    broken = tmp_path / "broken.json"
+    broken.write_text("{\"schema\": ")
+    r = run("show-lut", broken)
+    assert r.exit_code == 1 and "not valid JSON" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    r = run("calibrate", tiny_lut_file, "--networks", 5, "--fit", 5)
+    assert r.exit_code == 1 and "--fit" in r.output
+
+
+def test_calibrate_stores_calibration_once(tiny_lut_file):
+    r = run("calibrate", tiny_lut_file, "--networks", 5, "--fit", 3, "--min-time", 0.005)
+    assert r.exit_code == 0, r.output
+    assert "calibrated table" in r.output
+    assert "calibration" in json.loads(tiny_lut_file.read_text())
+    r = run("calibrate", tiny_lut_file, "--networks", 5, "--fit", 3)
+    assert r.exit_code == 1 and "--force" in r.output

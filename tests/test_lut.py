@@ -1,0 +1,82 @@
+import json
+
+import pytest
+
+from fbnas.errors import FbnasError
+from fbnas.fidelity import calibrate_lut, errors
+from fbnas.lut import LUT, SCHEMA, load_lut
+from fbnas.space import load_space
+
+
+def test_profile_covers_every_layer_and_candidate_once(tiny_lut_data):
+    space = load_space("tiny")
+    lut = LUT(tiny_lut_data)
+    lut.check_space(space)
+    keys = {k for layer in tiny_lut_data["layers"] for k in layer["candidates"].values()}
+    # identical (op, shape) keys are shared, and every entry is used by a layer or is fixed
+    assert keys | set(tiny_lut_data["fixed"].values()) == set(tiny_lut_data["entries"])
+    for e in tiny_lut_data["entries"].values():
+        assert e["median"] > 0 and e["iqr"] >= 0 and e["min"] > 0 and e["runs"] >= 1
+    by_op = {e["op"]: e for e in tiny_lut_data["entries"].values() if e["kind"] == "op"}
+    assert by_op["k3_e3"]["flops"] > by_op["k3_e1"]["flops"] > 0
+    assert tiny_lut_data["environment"]["threads"] == 1
+    assert tiny_lut_data["protocol"]["unit"] == "us"
+    assert tiny_lut_data["schema"] == SCHEMA
+
+
+def test_round_trip_and_predict(tiny_lut_file):
+    space = load_space("tiny")
+    lut = load_lut(tiny_lut_file, space)
+    ops = [l.candidates[0] for l in space.layers]
+    assert lut.predict(ops) == pytest.approx(lut.raw_sum(ops))
+    lut.data["calibration"] = {"a": 2.0, "b": 10.0}
+    assert lut.predict(ops) == pytest.approx(2 * lut.raw_sum(ops) + 10)
+    assert lut.raw_sum(ops, "params") > 0
+
+
+def test_truncated_file_is_one_line_error(tiny_lut_file):
+    text = tiny_lut_file.read_text()
+    tiny_lut_file.write_text(text[: len(text) // 2])
+    with pytest.raises(FbnasError, match="not valid JSON"):
+        load_lut(tiny_lut_file)
+
+
+def test_missing_entry_and_bad_numbers_refused(tiny_lut_file, tiny_lut_data):
+    data = json.loads(json.dumps(tiny_lut_data))
+    key = data["layers"][0]["candidates"]["k3_e1"]
+    data["entries"][key]["median"] = float("nan")
+    with pytest.raises(FbnasError, match="bad median"):
+        LUT(data)
+    del data["entries"][key]
+    with pytest.raises(FbnasError, match="missing entry"):
+        LUT(data)
+
+
+def test_mismatched_space_refused(tiny_lut_file):
+    with pytest.raises(FbnasError, match="profiled for space tiny"):
+        load_lut(tiny_lut_file, load_space("fbnet_cifar"))
+
+
+def test_wrong_schema_refused(tiny_lut_data):
+    with pytest.raises(FbnasError, match="schema"):
+        LUT({**tiny_lut_data, "schema": "other/9"})
+
+
+def test_error_figures_by_hand():
+    import numpy as np
+
+    e = errors(np.array([110.0, 90.0, 300.0]), np.array([100.0, 95.0, 200.0]))
+    assert e["bias_pct"] == pytest.approx((10 - 500 / 95 + 50) / 3)
+    assert e["mape_pct"] == pytest.approx((10 + 500 / 95 + 50) / 3)
+    assert e["within10_pct"] == pytest.approx(200 / 3)
+    assert e["kendall_tau"] == pytest.approx(1.0)
+
+
+def test_calibration_fits_and_reports(tiny_lut_data):
+    report = calibrate_lut(LUT(tiny_lut_data), networks=6, fit=3, min_run_time=0.005,
+                           entry_min_run_time=0.002)
+    cal = report.calibration()
+    assert cal["networks_fit"] == 3 and cal["networks_test"] == 3
+    assert set(cal["report"]) >= {"noise_floor", "calibrated_table_test", "flops_calibrated_test"}
+    assert (report.measured > 0).all()
+    LUT({**tiny_lut_data, "calibration": cal})  # a stored calibration validates
