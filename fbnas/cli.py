@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 import fbnas
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, UsageError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -139,6 +139,65 @@ def show_lut(lut_path, space_name):
 
     space = load_space(space_name) if space_name else None
     click.echo(load_lut(lut_path, space).summary())
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="YAML config (configs/fbnet_cifar.yaml, configs/tiny.yaml, or your own).")
+@click.option("--space", "space_name", help="Search space name or YAML file (config key space).")
+@click.option("--lut", help="Lookup table JSON (config key lut).")
+@click.option("--data-dir", help="Folder with cifar-10-batches-py/ or an image folder (data.dir).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/search"),
+              show_default=True, help="Run directory: config, log, TensorBoard, checkpoints.")
+@click.option("--epochs", type=click.IntRange(min=1), help="Total epochs (search.epochs).")
+@click.option("--mode", type=click.Choice(["soft", "hard"]), help="Supernet forward mode.")
+@click.option("--seed", type=int, help="Seed for splits, init, data order and Gumbel noise.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), help="Where to train.")
+@click.option("--threads", type=click.IntRange(min=1), help="torch intra-op threads.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override any config key, e.g. --set optim.weights.lr=0.05 (repeatable).")
+@click.option("--download", is_flag=True, help="Download CIFAR-10 into --data-dir if missing.")
+@click.option("--resume", is_flag=True, help="Continue the run in --out where it stopped.")
+@click.option("--force", is_flag=True, help="Start over in a non-empty --out.")
+def train(config_path, space_name, lut, data_dir, out, epochs, mode, seed, device, threads,
+          overrides, download, resume, force):
+    """Search: train the Gumbel-softmax supernet with alternating weight/theta optimizers.
+
+    Loss: CE * alpha * (log LAT)^beta with LAT the expected latency in microseconds (or
+    loss.form=target with loss.target_ms). Options given here override the config file;
+    --set overrides both.
+
+    \b
+    Examples:
+      fbnas train --config configs/tiny.yaml --out runs/tiny
+      fbnas train --config configs/fbnet_cifar.yaml --data-dir data/cifar10 --out runs/c10
+      fbnas train --out runs/c10 --resume
+    """
+    from fbnas.config import load_config
+    from fbnas.search import resume_config, run_search
+
+    if resume and force:
+        raise UsageError("--resume continues a run and --force starts over; pick one")
+    base = resume_config(out) if resume else None
+    sets = list(overrides)
+    for key, value in (("space", space_name), ("lut", lut), ("data.dir", data_dir),
+                       ("search.epochs", epochs), ("search.mode", mode), ("run.seed", seed),
+                       ("run.device", device), ("run.threads", threads)):
+        if value is not None:
+            sets.insert(0, f"{key}={value}")
+    if download:
+        sets.insert(0, "data.download=true")
+    cfg = load_config(config_path, sets, base=base)
+    if cfg.data.download:
+        from fbnas.data import download_cifar10
+
+        download_cifar10(cfg.data.dir)
+    result = run_search(cfg, out, resume=resume, force=force, echo=click.echo)
+    if not result["stopped"]:
+        click.echo(f"done: {result['epochs_done']} epochs; argmax architecture costs "
+                   f"{result['argmax_cost'] / 1000:.3f} ms" if cfg.search.cost == "latency" else
+                   f"done: {result['epochs_done']} epochs")
+        click.echo(f"next: fbnas sample {out} --hard")
 
 
 if __name__ == "__main__":

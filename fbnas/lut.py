@@ -240,7 +240,7 @@ class LUT:
     def entry(self, key: str) -> dict:
         return self.data["entries"][key]
 
-    def _value(self, key: str, metric: str) -> float:
+    def cost(self, key: str, metric: str = "latency") -> float:
         if metric not in METRICS:
             raise FbnasError(f"unknown cost metric {metric!r}; use one of {', '.join(METRICS)}")
         e = self.entry(key)
@@ -248,14 +248,14 @@ class LUT:
 
     def layer_costs(self, metric: str = "latency") -> list[list[float]]:
         """Per layer, the cost of each candidate (in the layer's candidate order)."""
-        return [[self._value(key, metric) for key in layer["candidates"].values()]
+        return [[self.cost(key, metric) for key in layer["candidates"].values()]
                 for layer in self.data["layers"]]
 
     def layer_candidates(self) -> list[list[str]]:
         return [list(layer["candidates"]) for layer in self.data["layers"]]
 
     def fixed_cost(self, metric: str = "latency") -> float:
-        return sum(self._value(k, metric) for k in self.data["fixed"].values())
+        return sum(self.cost(k, metric) for k in self.data["fixed"].values())
 
     def raw_sum(self, ops: list[str], metric: str = "latency") -> float:
         """Stem + chosen ops + head, straight from the table."""
@@ -263,7 +263,7 @@ class LUT:
         for layer, op in zip(self.data["layers"], ops):
             if op not in layer["candidates"]:
                 raise FbnasError(f"op {op!r} is not a candidate of layer {layer['index']}")
-            total += self._value(layer["candidates"][op], metric)
+            total += self.cost(layer["candidates"][op], metric)
         return total
 
     def predict(self, ops: list[str]) -> float:

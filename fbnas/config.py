@@ -1,0 +1,251 @@
+"""Typed run configuration: defaults, YAML files, ``--set a.b=value`` overrides.
+
+Every key is declared here with its type; unknown keys and ill-typed values are refused with
+the key's dotted name, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from fbnas.errors import UsageError
+from fbnas.space import load_yaml
+
+
+def _choices(*values: str, default: str) -> Any:
+    return field(default=default, metadata={"choices": values})
+
+
+@dataclass
+class DataConfig:
+    dir: str = "../shared/data/cifar10-subset"
+    kind: str = _choices("cifar10", "folder", default="cifar10")
+    resolution: int = 32  # images of a folder dataset are resized to this
+    val_fraction: float = 0.1  # held out of the training images for per-epoch evaluation
+    theta_fraction: float = 0.2  # of the rest: the theta part (the paper's 80/20)
+    batch_size: int = 64  # per process
+    eval_batch_size: int = 256
+    augment: bool = True
+    limit: int = 0  # use only the first N training images (0 = all)
+    download: bool = False
+
+
+@dataclass
+class TemperatureConfig:
+    initial: float = 5.0
+    decay: float = 0.045  # tau(epoch) = initial * exp(-decay * epoch)
+
+
+@dataclass
+class SearchConfig:
+    epochs: int = 90
+    warmup_epochs: Optional[int] = None  # weights-only epochs; None = 10% of epochs
+    mode: str = _choices("soft", "hard", default="soft")
+    per_sample: bool = False  # one Gumbel draw per image instead of per batch
+    alternation: str = _choices("epoch", "step", default="epoch")
+    accumulate: int = 1  # micro-batches per optimizer step
+    cost: str = _choices("latency", "flops", "params", default="latency")
+    eval_mode: str = _choices("argmax", "softmax", default="argmax")
+    temperature: TemperatureConfig = field(default_factory=TemperatureConfig)
+    supernet: str = _choices("loop", default="loop")
+
+
+@dataclass
+class LossConfig:
+    form: str = _choices("paper", "target", default="paper")
+    alpha: float = 0.2
+    beta: float = 0.6
+    target_ms: Optional[float] = None  # the budget of the target form
+    target_exponent: float = 2.0
+
+
+@dataclass
+class WeightOptimConfig:
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    nesterov: bool = False
+    warmup_epochs: float = 0.0  # linear LR warm-up before the cosine schedule
+    min_lr: float = 0.0
+
+
+@dataclass
+class ThetaOptimConfig:
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+    beta1: float = 0.9
+    beta2: float = 0.999
+
+
+@dataclass
+class OptimConfig:
+    weights: WeightOptimConfig = field(default_factory=WeightOptimConfig)
+    theta: ThetaOptimConfig = field(default_factory=ThetaOptimConfig)
+
+
+@dataclass
+class RunConfig:
+    seed: int = 0
+    device: str = _choices("auto", "cpu", "cuda", default="auto")
+    threads: Optional[int] = None  # torch intra-op threads (None = torch's default)
+    log_every: int = 20  # steps between TensorBoard scalar points
+    progress: bool = True  # progress bars on a terminal
+
+
+@dataclass
+class Config:
+    space: str = "fbnet_cifar"
+    lut: str = "lookup_tables/fbnet_cifar.json"
+    data: DataConfig = field(default_factory=DataConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def warmup_epochs(self) -> int:
+        w = self.search.warmup_epochs
+        return int(round(0.1 * self.search.epochs)) if w is None else w
+
+
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(value: Any, tp: Any, key: str, f: dataclasses.Field) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is typing.Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(value, args[0], key, f)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise UsageError(f"config key {key} must be a mapping, got {value!r}")
+        return _build(tp, value, key + ".")
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise UsageError(f"config key {key} must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UsageError(f"config key {key} must be an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise UsageError(f"config key {key} must be a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise UsageError(f"config key {key} must be a string, got {value!r}")
+        choices = f.metadata.get("choices")
+        if choices and value not in choices:
+            raise UsageError(f"config key {key} must be one of {', '.join(choices)}, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config type {tp} for {key}")
+
+
+def _build(cls, values: dict, prefix: str = ""):
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise UsageError(f"unknown config key {prefix}{unknown[0]}; known keys under "
+                         f"{prefix or 'the top level'}: {', '.join(fields)}")
+    hints = _hints(cls)
+    obj = cls()
+    for name, value in values.items():
+        setattr(obj, name, _coerce(value, hints[name], prefix + name, fields[name]))
+    return obj
+
+
+def _merge(base: dict, update: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in update.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``a.b=value`` -> (["a", "b"], value parsed as a YAML scalar)."""
+    if "=" not in item:
+        raise UsageError(f"--set {item!r}: expected key=value, e.g. --set optim.weights.lr=0.05")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise UsageError(f"--set {item!r}: the key is empty")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def validate(cfg: Config) -> Config:
+    """Cross-field checks that a type cannot express."""
+    def need(ok: bool, msg: str) -> None:
+        if not ok:
+            raise UsageError(msg)
+    d, s, lo = cfg.data, cfg.search, cfg.loss
+    need(0 <= d.val_fraction < 1, "config key data.val_fraction must be in [0, 1)")
+    need(0 < d.theta_fraction < 1, "config key data.theta_fraction must be in (0, 1)")
+    need(d.batch_size >= 1 and d.eval_batch_size >= 1, "config key data.batch_size must be >= 1")
+    need(d.limit >= 0, "config key data.limit must be >= 0")
+    need(s.epochs >= 1, "config key search.epochs must be at least 1")
+    need(0 <= cfg.warmup_epochs <= s.epochs,
+         "config key search.warmup_epochs must be between 0 and search.epochs")
+    need(s.accumulate >= 1, "config key search.accumulate must be at least 1")
+    need(s.temperature.initial > 0, "config key search.temperature.initial must be positive")
+    need(lo.alpha > 0, "config key loss.alpha must be positive")
+    need(lo.beta > 0, "config key loss.beta must be positive")
+    if lo.form == "target":
+        need(lo.target_ms is not None and lo.target_ms > 0,
+             "loss.form=target needs a positive loss.target_ms (e.g. --set loss.target_ms=5)")
+        need(s.cost == "latency", "loss.form=target needs search.cost=latency")
+    need(cfg.optim.weights.lr > 0 and cfg.optim.theta.lr > 0, "learning rates must be positive")
+    need(cfg.run.threads is None or cfg.run.threads >= 1, "config key run.threads must be >= 1")
+    need(cfg.run.log_every >= 1, "config key run.log_every must be >= 1")
+    return cfg
+
+
+def from_dict(values: dict) -> Config:
+    return validate(_build(Config, values))
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = (),
+                base: dict | None = None) -> Config:
+    """Defaults, then ``base`` (e.g. a resumed run's config), then a YAML file, then ``--set``."""
+    values: dict = copy.deepcopy(base) if base else {}
+    if path is not None:
+        raw = load_yaml(Path(path), "config file")
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            raise UsageError(f"config file {path} must hold a mapping at the top level")
+        values = _merge(values, raw)
+    for item in overrides:
+        keys, value = parse_override(item)
+        node = values
+        for k in keys[:-1]:
+            if not isinstance(node.setdefault(k, {}), dict):
+                raise UsageError(f"--set {item!r}: {k} is not a section")
+            node = node[k]
+        node[keys[-1]] = value
+    return from_dict(values)
+
+
+def dump(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

@@ -1,0 +1,145 @@
+"""The stochastic supernet: mixed ops over all candidates, weighted by Gumbel-softmax samples.
+
+One Gumbel draw per layer and batch (or per image) weights both the mixed outputs and the
+expected cost, so the latency term and the accuracy term see the same architecture sample.
+theta lives in each MixedOp as an ``nn.Parameter`` so that a DistributedDataParallel wrapper
+averages its gradients like any other parameter.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fbnas.errors import FbnasError
+from fbnas.lut import LUT
+from fbnas.model import Head, Stem
+from fbnas.ops import build_op
+from fbnas.space import Layer, SearchSpace
+
+MODES = ("soft", "hard", "argmax", "softmax")
+
+
+def gumbel_softmax(theta: torch.Tensor, tau: float, hard: bool, samples: int | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Sample softmax((theta + g) / tau) with g = -log(-log U); straight-through if ``hard``.
+
+    Returns the weights, shape (n,) or (samples, n), and for ``hard`` the chosen indices.
+    """
+    shape = theta.shape if samples is None else (samples, theta.numel())
+    u = torch.rand(shape, device=theta.device, dtype=theta.dtype)
+    tiny = torch.finfo(theta.dtype).tiny
+    g = -torch.log(-torch.log(u.clamp(min=tiny, max=1.0 - 1e-7)))
+    y = F.softmax((theta + g) / tau, dim=-1)
+    if not hard:
+        return y, None
+    idx = y.argmax(dim=-1)
+    one_hot = F.one_hot(idx, theta.numel()).to(y.dtype)
+    return one_hot - y.detach() + y, idx
+
+
+class MixedOp(nn.Module):
+    """All candidates of one searchable layer, their theta and their costs."""
+
+    def __init__(self, layer: Layer, costs: list[float]):
+        super().__init__()
+        self.candidates = tuple(layer.candidates)
+        self.ops = nn.ModuleList(build_op(op, layer.c_in, layer.c_out, layer.stride)
+                                 for op in self.candidates)
+        self.theta = nn.Parameter(torch.zeros(len(self.candidates)))
+        self.register_buffer("cost", torch.tensor(costs, dtype=torch.float32), persistent=False)
+
+    def weights(self, mode: str, tau: float, samples: int | None):
+        """(weights, chosen indices or None) for one forward pass in ``mode``."""
+        if mode == "soft":
+            return gumbel_softmax(self.theta, tau, hard=False, samples=samples)
+        if mode == "hard":
+            return gumbel_softmax(self.theta, tau, hard=True, samples=samples)
+        if mode == "softmax":
+            return F.softmax(self.theta, dim=-1), None
+        if mode == "argmax":
+            idx = self.theta.argmax()
+            return F.one_hot(idx, len(self.candidates)).to(self.theta.dtype), idx
+        raise ValueError(f"unknown mode {mode!r}")
+
+    def forward(self, x: torch.Tensor, w: torch.Tensor, idx: torch.Tensor | None) -> torch.Tensor:
+        if idx is None:  # every candidate runs, weighted
+            if w.dim() == 1:
+                return sum(w[i] * op(x) for i, op in enumerate(self.ops))
+            return sum(w[:, i].view(-1, 1, 1, 1) * op(x) for i, op in enumerate(self.ops))
+        if idx.dim() == 0:  # one candidate for the whole batch
+            i = int(idx)
+            return w[i] * self.ops[i](x)
+        out = None  # one candidate per image: run each chosen op on its images
+        for i in idx.unique().tolist():
+            mask = idx == i
+            y = w[mask, i].view(-1, 1, 1, 1) * self.ops[i](x[mask])
+            if out is None:
+                out = y.new_zeros((x.shape[0],) + y.shape[1:])
+            out = out.index_put((mask.nonzero().squeeze(1),), y)
+        return out
+
+
+class Supernet(nn.Module):
+    """Stem, one MixedOp per searchable layer, head; forward returns (logits, expected cost)."""
+
+    def __init__(self, space: SearchSpace, lut: LUT, cost: str = "latency"):
+        super().__init__()
+        lut.check_space(space)
+        self.space = space
+        self.cost_metric = cost
+        self.stem = Stem(space.in_channels, space.stem_channels, space.stem_kernel,
+                         space.stem_stride)
+        layers = []
+        for layer, row in zip(space.layers, lut.data["layers"]):
+            costs = [lut.cost(row["candidates"][op], cost) for op in layer.candidates]
+            layers.append(MixedOp(layer, costs))
+        self.layers = nn.ModuleList(layers)
+        self.head = Head(space.final_channels, space.head_channels, space.num_classes)
+        self.fixed_cost = lut.fixed_cost(cost)
+        cal = lut.calibration if cost == "latency" else None
+        self.cal_a, self.cal_b = cal if cal else (1.0, 0.0)
+
+    def forward(self, x: torch.Tensor, tau: float = 1.0, mode: str = "soft",
+                per_sample: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        samples = x.shape[0] if per_sample and mode in ("soft", "hard") else None
+        x = self.stem(x)
+        total = x.new_tensor(self.fixed_cost)
+        for layer in self.layers:
+            w, idx = layer.weights(mode, tau, samples)
+            x = layer(x, w, idx)
+            total = total + (w * layer.cost).sum(dim=-1)
+        return self.head(x), self.cal_a * total + self.cal_b
+
+    def theta_parameters(self) -> list[nn.Parameter]:
+        return [layer.theta for layer in self.layers]
+
+    def weight_parameters(self) -> list[nn.Parameter]:
+        theta = {id(p) for p in self.theta_parameters()}
+        return [p for p in self.parameters() if id(p) not in theta]
+
+    def probabilities(self) -> list[torch.Tensor]:
+        return [F.softmax(layer.theta.detach(), dim=-1) for layer in self.layers]
+
+    def argmax_ops(self) -> list[str]:
+        return [layer.candidates[int(layer.theta.argmax())] for layer in self.layers]
+
+    @torch.no_grad()
+    def cost_of(self, ops: list[str]) -> float:
+        total = self.fixed_cost
+        for layer, op in zip(self.layers, ops):
+            if op not in layer.candidates:
+                raise FbnasError(f"op {op!r} is not a candidate of this layer")
+            total += float(layer.cost[layer.candidates.index(op)])
+        return self.cal_a * total + self.cal_b
+
+    @torch.no_grad()
+    def expected_cost(self) -> float:
+        """Expected cost under softmax(theta), without Gumbel noise."""
+        total = self.fixed_cost + sum(float((p * l.cost.cpu()).sum())
+                                      for p, l in zip(self.probabilities(), self.layers))
+        return self.cal_a * total + self.cal_b
+
+    def theta_state(self) -> list[torch.Tensor]:
+        return [layer.theta.detach().cpu().clone() for layer in self.layers]
