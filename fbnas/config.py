@@ -143,6 +143,11 @@ def _coerce(value: Any, tp: Any, key: str, f: dataclasses.Field) -> Any:
             raise UsageError(f"config key {key} must be an integer, got {value!r}")
         return value
     if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise UsageError(f"config key {key} must be a number, got {value!r}")
         return float(value)

@@ -257,6 +257,7 @@ class Search:
         self.opt_w.load_state_dict(ckpt["optim_weights"])
         self.opt_t.load_state_dict(ckpt["optim_theta"])
         self.sched_w.load_state_dict(ckpt["sched_weights"])
+        self._apply_hyperparameters()
         self.epoch, self.position = int(ckpt["epoch"]), int(ckpt.get("position") or 0)
         self.global_step = int(ckpt.get("global_step", 0))
         self.history = list(ckpt.get("history", []))
@@ -264,6 +265,18 @@ class Search:
         if self.position and ckpt.get("world_size", 1) != self.info.world_size:
             raise FbnasError("this checkpoint was saved mid-epoch by a run with a different "
                              "number of processes; resume it with the same number")
+
+    def _apply_hyperparameters(self) -> None:
+        """Make the config win over the hyperparameters stored in a resumed optimizer state,
+        so that a run can be resumed with, say, a lower learning rate."""
+        ow, ot = self.cfg.optim.weights, self.cfg.optim.theta
+        self.sched_w.base_lrs = [ow.lr for _ in self.opt_w.param_groups]
+        factor = self.sched_w.lr_lambdas[0](self.sched_w.last_epoch)
+        for g in self.opt_w.param_groups:
+            g.update(initial_lr=ow.lr, lr=ow.lr * factor, momentum=ow.momentum,
+                     weight_decay=ow.weight_decay, nesterov=ow.nesterov)
+        for g in self.opt_t.param_groups:
+            g.update(lr=ot.lr, betas=(ot.beta1, ot.beta2), weight_decay=ot.weight_decay)
 
     def save(self) -> None:
         if self.info.is_main:
@@ -345,14 +358,14 @@ class Search:
                 self.global_step += 1
             s = sums[phase]
             s[0] += float(loss.detach())
-            s[1] += float(ce.mean())
-            s[2] += float(cost.mean())
+            s[1] += float(ce.detach().mean())
+            s[2] += float(cost.detach().mean())
             s[3] += 1
             self.position = item + 1
             progress.update()
             if self.writer is not None and self.global_step % cfg.run.log_every == 0 \
                     and micro[phase] % k == 0:
-                self._log_step(phase, float(loss), float(ce.mean()), float(cost.mean()), tau)
+                self._log_step(phase, s[0] / s[3], s[1] / s[3], s[2] / s[3], tau)
             if self.stop_requested and micro["weights"] % k == 0 and micro["theta"] % k == 0:
                 break
         progress.close()

@@ -1,0 +1,133 @@
+import signal
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import fbnas.search as search_mod
+from fbnas.cli import main
+from fbnas.config import load_config
+from fbnas.errors import FbnasError
+from fbnas.search import load_checkpoint, run_search
+from tests.conftest import CIFAR_SUBSET
+
+pytestmark = pytest.mark.skipif(not CIFAR_SUBSET.is_dir(), reason="needs ../shared/data")
+
+
+def small_config(lut_file, **extra):
+    sets = [f"lut={lut_file}", "space=tiny", f"data.dir={CIFAR_SUBSET}", "data.limit=400",
+            "data.batch_size=32", "data.eval_batch_size=200", "search.epochs=2",
+            "search.warmup_epochs=0", "run.threads=1", "run.progress=false", "run.device=cpu"]
+    sets += [f"{k}={v}" for k, v in extra.items()]
+    return load_config(None, sets)
+
+
+def quiet(msg):
+    pass
+
+
+def same_state(a, b):
+    assert a["epoch"] == b["epoch"]
+    for ta, tb in zip(a["theta"], b["theta"]):
+        assert torch.equal(ta, tb)
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+
+
+def test_run_directory_and_checkpoint_contents(tmp_path, tiny_lut_file):
+    out = tmp_path / "run"
+    result = run_search(small_config(tiny_lut_file), out, echo=quiet)
+    assert result["epochs_done"] == 2 and not result["stopped"]
+    assert (out / "config.yaml").is_file() and (out / "train.log").is_file()
+    assert any((out / "tensorboard").glob("events.out.tfevents.*"))
+    ckpt = load_checkpoint(out / "checkpoints" / "last.pt")  # weights_only=True inside
+    for key in ("model", "theta", "optim_weights", "optim_theta", "sched_weights", "config",
+                "space", "lut_hash", "history"):
+        assert key in ckpt, key
+    assert len(ckpt["theta"]) == 4 and ckpt["epoch"] == 2
+    assert any(float(t.abs().max()) > 0 for t in ckpt["theta"])  # theta trained
+    hist = ckpt["history"]
+    assert "val_top1" in hist[-1] and "val_top5" in hist[-1] and "theta_loss" in hist[-1]
+    assert "test" in result and 0 <= result["test"]["top1"] <= 100
+    # the log shows one line per epoch
+    assert sum("epoch " in line and "/2 [" in line for line in (out / "train.log").open()) == 2
+
+
+def test_warmup_epochs_leave_theta_untouched(tmp_path, tiny_lut_file):
+    cfg = small_config(tiny_lut_file, **{"search.epochs": 1, "search.warmup_epochs": 1})
+    run_search(cfg, tmp_path / "run", echo=quiet)
+    ckpt = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    assert all(float(t.abs().max()) == 0 for t in ckpt["theta"])
+
+
+def test_resume_matches_uninterrupted_run(tmp_path, tiny_lut_file):
+    cfg = small_config(tiny_lut_file)
+    run_search(cfg, tmp_path / "full", echo=quiet)
+    first = run_search(cfg, tmp_path / "split", stop_after=1, echo=quiet)
+    assert first["stopped"] and first["epochs_done"] == 1
+    run_search(cfg, tmp_path / "split", resume=True, echo=quiet)
+    same_state(load_checkpoint(tmp_path / "full/checkpoints/last.pt"),
+               load_checkpoint(tmp_path / "split/checkpoints/last.pt"))
+
+
+def test_ctrl_c_saves_mid_epoch_and_resume_is_exact(tmp_path, tiny_lut_file, monkeypatch):
+    cfg = small_config(tiny_lut_file, **{"search.epochs": 1})
+    run_search(cfg, tmp_path / "full", echo=quiet)
+
+    class InterruptingProgress(search_mod.Progress):
+        def update(self, n=1):
+            super().update(n)
+            if self.done == 4:
+                signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(search_mod, "Progress", InterruptingProgress)
+    stopped = run_search(cfg, tmp_path / "split", echo=quiet)
+    assert stopped["stopped"]
+    ckpt = load_checkpoint(tmp_path / "split/checkpoints/last.pt")
+    assert ckpt["epoch"] == 0 and ckpt["position"] == 4
+    monkeypatch.undo()
+    run_search(cfg, tmp_path / "split", resume=True, echo=quiet)
+    same_state(load_checkpoint(tmp_path / "full/checkpoints/last.pt"),
+               load_checkpoint(tmp_path / "split/checkpoints/last.pt"))
+
+
+def test_non_finite_loss_stops_and_keeps_checkpoint(tmp_path, tiny_lut_file):
+    out = tmp_path / "run"
+    run_search(small_config(tiny_lut_file, **{"search.epochs": 2}), out, stop_after=1,
+               echo=quiet)
+    before = (out / "checkpoints/last.pt").read_bytes()
+    cfg = small_config(tiny_lut_file, **{"optim.weights.lr": 1e30})
+    with pytest.raises(FbnasError, match=r"epoch 2, step \d+ .*intact"):
+        run_search(cfg, out, resume=True, echo=quiet)
+    assert (out / "checkpoints/last.pt").read_bytes() == before
+
+
+def test_cli_refuses_reuse_and_mismatched_resume(tmp_path, tiny_lut_file, tiny_lut_data):
+    out = tmp_path / "run"
+    base = ["train", "--space", "tiny", "--lut", str(tiny_lut_file), "--data-dir",
+            str(CIFAR_SUBSET), "--out", str(out), "--epochs", "1", "--threads", "1",
+            "--set", "data.limit=300", "--set", "data.batch_size=32", "--set",
+            "run.progress=false"]
+    r = CliRunner().invoke(main, base)
+    assert r.exit_code == 0, r.output
+    assert "fbnas sample" in r.output
+    r = CliRunner().invoke(main, base)
+    assert r.exit_code == 1 and "--resume" in r.output and "--force" in r.output
+    r = CliRunner().invoke(main, base + ["--resume", "--space", "fbnet_cifar"])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    other = tmp_path / "other.json"
+    other.write_text(tiny_lut_file.read_text().replace('"min_run_time_s"', '"min_run_time_s" ', 1))
+    r = CliRunner().invoke(main, base + ["--resume", "--lut", str(other)])
+    assert r.exit_code == 1 and "differs" in r.output
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--data-dir", "/nonexistent/dir"], "/nonexistent/dir"),
+    (["--lut", "/nonexistent/lut.json"], "fbnas profile"),
+    (["--set", "search.mode=medium"], "search.mode"),
+])
+def test_cli_bad_inputs(tmp_path, tiny_lut_file, args, message):
+    base = ["train", "--space", "tiny", "--lut", str(tiny_lut_file), "--data-dir",
+            str(CIFAR_SUBSET), "--out", str(tmp_path / "run"), "--epochs", "1"]
+    r = CliRunner().invoke(main, base + args)
+    assert r.exit_code in (1, 2) and message in r.output and "Traceback" not in r.output
