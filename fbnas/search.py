@@ -346,7 +346,7 @@ class Search:
             loss = loss.mean()
             if not torch.isfinite(loss):
                 raise FbnasError(
-                    f"the loss became {float(loss)} at epoch {epoch + 1}, step {item + 1} "
+                    f"the loss became {float(loss.detach())} at epoch {epoch + 1}, step {item + 1} "
                     f"({phase} phase); the last good checkpoint {self.paths.last} is intact. "
                     "Lower optim.weights.lr or optim.theta.lr and resume")
             (loss / k).backward()
