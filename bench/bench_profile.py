@@ -1,0 +1,58 @@
+"""Profiling speed and run-to-run agreement of `fbnas profile` on one machine.
+
+Profiles a space twice in one process and prints the wall time of each run, the median and
+90th percentile of the per-entry relative difference (|a - b| / mean(a, b)), and in how many
+layers both runs pick the same fastest non-skip candidate.
+
+    python bench/bench_profile.py --space fbnet_cifar --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+from fbnas.lut import LUT, fastest_non_skip, profile_space
+from fbnas.space import load_space
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--space", default="fbnet_cifar")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--min-time", type=float, default=0.05)
+    args = ap.parse_args()
+
+    space = load_space(args.space)
+    print(f"space {space.name}, {args.threads} thread(s), load average before: "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    luts, walls = [], []
+    for run in range(2):
+        t0 = time.monotonic()
+        data = profile_space(space, threads=args.threads, rounds=args.rounds,
+                             min_run_time=args.min_time, seed=run)
+        walls.append(time.monotonic() - t0)
+        luts.append(LUT(data))
+        print(f"run {run + 1}: {len(data['entries'])} entries in {walls[-1]:.1f} s wall")
+    a, b = luts
+    keys = list(a.data["entries"])
+    ma = np.array([a.entry(k)["median"] for k in keys])
+    mb = np.array([b.entry(k)["median"] for k in keys])
+    diff = np.abs(ma - mb) / ((ma + mb) / 2)
+    same = sum(
+        fastest_non_skip(names, ca) == fastest_non_skip(names, cb)
+        for names, ca, cb in zip(a.layer_candidates(), a.layer_costs(), b.layer_costs()))
+    n = len(space.layers)
+    print(f"per-entry difference: median {100 * np.median(diff):.1f}%, "
+          f"90th percentile {100 * np.percentile(diff, 90):.1f}%, max {100 * diff.max():.1f}%")
+    print(f"same fastest non-skip candidate in {same} of {n} layers")
+    print(f"wall time per profile: {max(walls):.1f} s (slowest of the two)")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
