@@ -326,7 +326,8 @@ class Search:
         cfg = self.cfg
         tau = temperature(cfg, epoch)
         k = cfg.search.accumulate
-        sums = {"weights": [0.0, 0.0, 0.0, 0], "theta": [0.0, 0.0, 0.0, 0]}  # loss, ce, cost, n
+        # per phase: loss, ce, sampled cost, cost factor of the loss, items
+        sums = {"weights": [0.0, 0.0, 0.0, 0.0, 0], "theta": [0.0, 0.0, 0.0, 0.0, 0]}
         micro = {"weights": 0, "theta": 0}
         self.model.train()
         total_items = self.plan_length(epoch)
@@ -342,7 +343,7 @@ class Search:
             logits, cost = self.model(x, tau=tau, mode=cfg.search.mode,
                                       per_sample=cfg.search.per_sample)
             ce = F.cross_entropy(logits, y, reduction="none" if cost.dim() else "mean")
-            loss, _ = self.loss(ce, cost)
+            loss, factor = self.loss(ce, cost)
             loss = loss.mean()
             if not torch.isfinite(loss):
                 raise FbnasError(
@@ -360,12 +361,13 @@ class Search:
             s[0] += float(loss.detach())
             s[1] += float(ce.detach().mean())
             s[2] += float(cost.detach().mean())
-            s[3] += 1
+            s[3] += float(factor.detach().mean())
+            s[4] += 1
             self.position = item + 1
             progress.update()
             if self.writer is not None and self.global_step % cfg.run.log_every == 0 \
                     and micro[phase] % k == 0:
-                self._log_step(phase, s[0] / s[3], s[1] / s[3], s[2] / s[3], tau)
+                self._log_step(phase, *(v / s[4] for v in s[:4]), tau)
             if self.stop_requested and micro["weights"] % k == 0 and micro["theta"] % k == 0:
                 break
         progress.close()
@@ -398,10 +400,13 @@ class Search:
                 "images": int(count)}
 
     # -- logging -----------------------------------------------------------------------------
-    def _log_step(self, phase: str, loss: float, ce: float, cost: float, tau: float) -> None:
+    def _log_step(self, phase: str, loss: float, ce: float, cost: float, factor: float,
+                  tau: float) -> None:
+        """Running means of the phase so far in this epoch."""
         w, step = self.writer, self.global_step
         w.add_scalar(f"train_{phase}/loss_total", loss, step)
         w.add_scalar(f"train_{phase}/loss_ce", ce, step)
+        w.add_scalar(f"train_{phase}/loss_cost_factor", factor, step)
         w.add_scalar(f"train_{phase}/cost_sampled", cost, step)
         w.add_scalar("lr/weights", self.opt_w.param_groups[0]["lr"], step)
         w.add_scalar("lr/theta", self.opt_t.param_groups[0]["lr"], step)
@@ -485,7 +490,7 @@ class Search:
     def _epoch_record(self, epoch: int, sums: dict, seconds: float) -> dict:
         world = self.info.world_size
         w, t = sums["weights"], sums["theta"]
-        vals = all_reduce_sum([w[0], w[1], w[2], w[3], t[0], t[1], t[2], t[3]], self.info,
+        vals = all_reduce_sum([w[0], w[1], w[2], w[4], t[0], t[1], t[2], t[4]], self.info,
                               self.device)
         record = {"epoch": epoch + 1, "temperature": temperature(self.cfg, epoch),
                   "seconds": seconds, "processes": world}
