@@ -25,6 +25,10 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
         write(tmp_path)
         with open(tmp_path, "rb+") as f:
             os.fsync(f.fileno())
+        # mkstemp creates owner-only files; give the result the usual umask-based mode
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_path, 0o666 & ~umask)
         os.replace(tmp_path, path)
     except OSError as e:
         raise FbnasError(f"cannot write {path}: {e.strerror}") from None

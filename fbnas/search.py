@@ -1,135 +1,35 @@
-"""The alternating search loop: weights by SGD on one split, theta by Adam on another.
+"""The alternating search: weights by SGD on one split, theta by Adam on another.
 
-An epoch is a deterministic plan of (phase, batch) items built from (seed, epoch): weights-only
-during the warm-up epochs, then either every weight batch followed by every theta batch
-(``alternation: epoch``, the paper) or ``accumulate`` weight micro-batches followed by
-``accumulate`` theta micro-batches (``alternation: step``). Because the plan and the global
-RNG are functions of (seed, epoch, rank), a run resumed at an epoch boundary reproduces the
-uninterrupted run exactly; a single-process run stopped mid-epoch also records its position
-and RNG state.
+An epoch is weights-only during the warm-up epochs, then either every weight batch followed
+by every theta batch (``alternation: epoch``, the paper) or ``accumulate`` weight
+micro-batches followed by ``accumulate`` theta micro-batches (``alternation: step``). Both
+phases minimise the same latency-aware loss; each optimizer steps only its own parameters.
 """
 
 from __future__ import annotations
 
 import math
-import shutil
-import signal
-import time
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 
-from fbnas.config import Config, dump, from_dict
-from fbnas.data import BatchLoader, load_dataset, make_splits
-from fbnas.dist import DistInfo, all_reduce_sum, barrier, init_from_env
+from fbnas.config import Config, from_dict
 from fbnas.errors import FbnasError
-from fbnas.io import atomic_write, file_hash
+from fbnas.io import file_hash
 from fbnas.loss import paper_loss, target_loss
 from fbnas.lut import load_lut
-from fbnas.progress import Progress
 from fbnas.space import load_space
 from fbnas.supernet import Supernet
+from fbnas.trainer import (Batch, RunPaths, Trainer, launch, load_checkpoint)
 
-CHECKPOINT_FORMAT = "fbnas.checkpoint/1"
-
-
-@dataclass(frozen=True)
-class RunPaths:
-    root: Path
-
-    @property
-    def config(self) -> Path:
-        return self.root / "config.yaml"
-
-    @property
-    def log(self) -> Path:
-        return self.root / "train.log"
-
-    @property
-    def tensorboard(self) -> Path:
-        return self.root / "tensorboard"
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
-
-    @property
-    def last(self) -> Path:
-        return self.checkpoints / "last.pt"
-
-
-def prepare_run_dir(out: Path, resume: bool, force: bool) -> RunPaths:
-    """Refuse to mix two runs in one folder unless the user asked to resume or overwrite."""
-    paths = RunPaths(Path(out))
-    if out.exists() and not out.is_dir():
-        raise FbnasError(f"run directory {out} is a file; pick another --out")
-    if resume:
-        if not paths.last.is_file():
-            raise FbnasError(f"nothing to resume: {paths.last} does not exist")
-        return paths
-    if out.is_dir() and any(out.iterdir()):
-        if not force:
-            raise FbnasError(f"run directory {out} is not empty; pass --resume to continue the "
-                             "run in it or --force to start over")
-        for p in (paths.checkpoints, paths.tensorboard):
-            shutil.rmtree(p, ignore_errors=True)
-        for p in (paths.config, paths.log):
-            p.unlink(missing_ok=True)
-    return paths
-
-
-def load_checkpoint(path: str | Path) -> dict:
-    """Load a checkpoint safely (tensors and plain containers only)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FbnasError(f"checkpoint {path} does not exist")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many types for truncated or foreign files
-        raise FbnasError(f"checkpoint {path} cannot be loaded (truncated or not an fbnas "
-                         f"checkpoint): {str(e).splitlines()[0][:200]}") from None
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise FbnasError(f"{path} is not an fbnas checkpoint ({CHECKPOINT_FORMAT})")
-    return ckpt
-
-
-def save_checkpoint(state: dict, path: Path) -> None:
-    atomic_write(path, lambda p: torch.save(state, p))
-
-
-def pick_device(name: str, info: DistInfo) -> torch.device:
-    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise FbnasError("--device cuda was asked for but no CUDA device is available; "
-                             "use --device cpu")
-        return torch.device("cuda", info.local_rank)
-    return torch.device("cpu")
+__all__ = ["Search", "run_search", "resume_config", "load_checkpoint", "temperature"]
 
 
 def temperature(cfg: Config, epoch: int) -> float:
     t = cfg.search.temperature
     return t.initial * math.exp(-t.decay * epoch)
-
-
-def _epoch_seed(seed: int, epoch: int, rank: int) -> int:
-    return (seed * 1_000_003 + epoch * 7919 + rank * 104_729) % (2**63 - 1)
-
-
-class Logger:
-    """Console lines (rank 0) mirrored into the run's log file."""
-
-    def __init__(self, path: Path | None, echo: Callable[[str], None]):
-        self.path, self.echo = path, echo
-
-    def __call__(self, msg: str) -> None:
-        self.echo(msg)
-        if self.path is not None:
-            with open(self.path, "a") as f:
-                f.write(time.strftime("%Y-%m-%d %H:%M:%S ") + msg + "\n")
 
 
 def format_cost(value: float, metric: str) -> str:
@@ -140,165 +40,79 @@ def format_cost(value: float, metric: str) -> str:
     return f"{value / 1e6:.3f} M params"
 
 
-class Search:
-    """One search run; build with :func:`run_search`."""
+class Search(Trainer):
+    """A supernet search run."""
 
-    def __init__(self, cfg: Config, paths: RunPaths, info: DistInfo, device: torch.device,
-                 echo: Callable[[str], None], ckpt: dict | None):
-        self.cfg, self.paths, self.info, self.device = cfg, paths, info, device
-        self.log = Logger(paths.log if info.is_main else None, echo if info.is_main else
-                          (lambda m: None))
-        space = load_space(cfg.space)
+    kind = "search"
+    phases = ("weights", "theta")
+
+    def setup(self) -> None:
+        cfg = self.cfg
+        self.space = load_space(cfg.space)
         lut_path = Path(cfg.lut)
         if not lut_path.is_file():
             raise FbnasError(f"lookup table {lut_path} does not exist; create it with: "
                              f"fbnas profile --space {cfg.space} --out {lut_path}")
-        self.lut = load_lut(lut_path, space)
+        self.lut = load_lut(lut_path, self.space)
         self.lut_hash = file_hash(lut_path)
-        self.space = space
-        if ckpt is not None:
-            if ckpt.get("space_hash") != space.hash:
-                raise FbnasError(f"cannot resume: the run searched a different space "
-                                 f"({ckpt['space']['name']}, hash {ckpt.get('space_hash')}) "
-                                 f"than {space.name} (hash {space.hash})")
-            if ckpt.get("lut_hash") != self.lut_hash:
-                raise FbnasError(f"cannot resume: lookup table {lut_path} differs from the one "
-                                 f"the run started with ({ckpt.get('lut_path')})")
+        self.epochs = cfg.search.epochs
+        self.accumulate = cfg.search.accumulate
+        self.resolution = self.space.resolution
+        self.num_classes = self.space.num_classes
+        self.find_unused_parameters = cfg.search.mode == "hard"
 
-        data = load_dataset(cfg.data.dir, cfg.data.kind, cfg.data.resolution)
-        if data.resolution != space.resolution:
-            raise FbnasError(f"the data is {data.resolution}x{data.resolution} but space "
-                             f"{space.name} expects {space.resolution}x{space.resolution}")
-        n = data.train_images.shape[0]
-        if cfg.data.limit:
-            n = min(n, cfg.data.limit)
-        splits = make_splits(n, cfg.run.seed, cfg.data.theta_fraction, cfg.data.val_fraction)
-        self.splits = splits
-        common = dict(mean=data.mean, std=data.std, rank=info.rank, world_size=info.world_size,
-                      device=device)
-        aug = dict(padding=4 if cfg.data.augment else 0, flip=cfg.data.augment)
-        bs = cfg.data.batch_size
-        imgs, labels = data.train_images, data.train_labels
-        self.w_loader = BatchLoader(imgs, labels, splits["weights"], bs, train=True,
-                                    seed=cfg.run.seed, drop_last=True, **common, **aug)
-        self.t_loader = BatchLoader(imgs, labels, splits["theta"], bs, train=True,
-                                    seed=cfg.run.seed + 1, drop_last=True, **common, **aug)
-        for name, loader in (("weight", self.w_loader), ("theta", self.t_loader)):
-            if len(loader) == 0:
-                raise FbnasError(f"the {name} split has fewer images than one batch per process "
-                                 f"({bs}); lower data.batch_size or use more data")
-        self.val_loader = None
-        if len(splits["val"]):
-            self.val_loader = BatchLoader(imgs, labels, splits["val"], cfg.data.eval_batch_size,
-                                          train=False, seed=0, drop_last=False, **common)
-        self.test_loader = None
-        if data.has_test:
-            self.test_loader = BatchLoader(data.test_images, data.test_labels,
-                                           torch.arange(data.test_images.shape[0]),
-                                           cfg.data.eval_batch_size, train=False, seed=0,
-                                           drop_last=False, **common)
-        self.classes = len(data.classes)
-        if self.classes != space.num_classes:
-            raise FbnasError(f"the data has {self.classes} classes but space {space.name}'s head "
-                             f"has {space.num_classes}")
+    def check_resume(self, ckpt: dict) -> None:
+        if ckpt.get("space_hash") != self.space.hash:
+            raise FbnasError(f"cannot resume: the run searched a different space "
+                             f"({ckpt['space']['name']}, hash {ckpt.get('space_hash')}) than "
+                             f"{self.space.name} (hash {self.space.hash})")
+        if ckpt.get("lut_hash") != self.lut_hash:
+            raise FbnasError(f"cannot resume: lookup table {self.cfg.lut} differs from the one "
+                             f"the run started with ({ckpt.get('lut_path')})")
 
-        torch.manual_seed(cfg.run.seed)
-        self.net = Supernet(space, self.lut, cfg.search.cost).to(device)
-        self.model = self.net
-        if info.enabled:
-            from torch.nn.parallel import DistributedDataParallel as DDP
+    def make_train_loaders(self, data, splits, **common) -> None:
+        seed = self.cfg.run.seed
+        self.train_loader = self.train_batches(data, splits["weights"], seed, **common)
+        self.theta_loader = self.train_batches(data, splits["theta"], seed + 1, **common)
 
-            self.model = DDP(self.net, device_ids=[device.index] if device.type == "cuda" else None,
-                             find_unused_parameters=cfg.search.mode == "hard")
-        ow, ot = cfg.optim.weights, cfg.optim.theta
-        self.opt_w = torch.optim.SGD(self.net.weight_parameters(), lr=ow.lr, momentum=ow.momentum,
-                                     weight_decay=ow.weight_decay, nesterov=ow.nesterov)
-        self.opt_t = torch.optim.Adam(self.net.theta_parameters(), lr=ot.lr,
-                                      betas=(ot.beta1, ot.beta2), weight_decay=ot.weight_decay)
-        steps_per_epoch = max(1, len(self.w_loader) // cfg.search.accumulate)
-        total = steps_per_epoch * cfg.search.epochs
-        warm = int(round(ow.warmup_epochs * steps_per_epoch))
-        floor = ow.min_lr / ow.lr
+    def build_model(self) -> Supernet:
+        return Supernet(self.space, self.lut, self.cfg.search.cost)
 
-        def lr_factor(step: int) -> float:
-            if step < warm:
-                return (step + 1) / warm
-            progress = min(1.0, (step - warm) / max(1, total - warm))
-            return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
-
-        self.sched_w = torch.optim.lr_scheduler.LambdaLR(self.opt_w, lr_factor)
-        self.epoch = 0
-        self.position = 0  # plan items already done in the current epoch
-        self.global_step = 0
-        self.history: list[dict] = []
-        self.rng_state = None
-        if ckpt is not None:
-            self._restore(ckpt)
-        self.stop_requested = False
-        self.writer = None
-
-    # -- checkpoints -------------------------------------------------------------------------
-    def state(self) -> dict:
+    def build_optimizers(self) -> dict:
+        ow, ot = self.cfg.optim.weights, self.cfg.optim.theta
         return {
-            "format": CHECKPOINT_FORMAT, "kind": "search", "epoch": self.epoch,
-            "position": self.position, "global_step": self.global_step,
-            "config": self.cfg.to_dict(), "space": self.space.raw, "space_hash": self.space.hash,
-            "lut_path": str(self.cfg.lut), "lut_hash": self.lut_hash,
-            "model": self.net.state_dict(), "theta": self.net.theta_state(),
-            "candidates": [list(l.candidates) for l in self.net.layers],
-            "optim_weights": self.opt_w.state_dict(), "optim_theta": self.opt_t.state_dict(),
-            "sched_weights": self.sched_w.state_dict(),
-            "rng_torch": torch.get_rng_state() if self.position else None,
-            "history": self.history, "world_size": self.info.world_size,
+            "weights": torch.optim.SGD(self.net.weight_parameters(), lr=ow.lr,
+                                       momentum=ow.momentum, weight_decay=ow.weight_decay,
+                                       nesterov=ow.nesterov),
+            # theta has its own optimizer and weight decay, never the weights' decay
+            "theta": torch.optim.Adam(self.net.theta_parameters(), lr=ot.lr,
+                                      betas=(ot.beta1, ot.beta2), weight_decay=ot.weight_decay),
         }
 
-    def _restore(self, ckpt: dict) -> None:
-        self.net.load_state_dict(ckpt["model"])
-        self.opt_w.load_state_dict(ckpt["optim_weights"])
-        self.opt_t.load_state_dict(ckpt["optim_theta"])
-        self.sched_w.load_state_dict(ckpt["sched_weights"])
-        self._apply_hyperparameters()
-        self.epoch, self.position = int(ckpt["epoch"]), int(ckpt.get("position") or 0)
-        self.global_step = int(ckpt.get("global_step", 0))
-        self.history = list(ckpt.get("history", []))
-        self.rng_state = ckpt.get("rng_torch")
-        if self.position and ckpt.get("world_size", 1) != self.info.world_size:
-            raise FbnasError("this checkpoint was saved mid-epoch by a run with a different "
-                             "number of processes; resume it with the same number")
-
-    def _apply_hyperparameters(self) -> None:
-        """Make the config win over the hyperparameters stored in a resumed optimizer state,
-        so that a run can be resumed with, say, a lower learning rate."""
-        ow, ot = self.cfg.optim.weights, self.cfg.optim.theta
-        self.sched_w.base_lrs = [ow.lr for _ in self.opt_w.param_groups]
-        factor = self.sched_w.lr_lambdas[0](self.sched_w.last_epoch)
-        for g in self.opt_w.param_groups:
-            g.update(initial_lr=ow.lr, lr=ow.lr * factor, momentum=ow.momentum,
-                     weight_decay=ow.weight_decay, nesterov=ow.nesterov)
-        for g in self.opt_t.param_groups:
-            g.update(lr=ot.lr, betas=(ot.beta1, ot.beta2), weight_decay=ot.weight_decay)
-
-    def save(self) -> None:
-        if self.info.is_main:
-            save_checkpoint(self.state(), self.paths.last)
+    def extra_state(self) -> dict:
+        return {"space": self.space.raw, "space_hash": self.space.hash,
+                "lut_path": str(self.cfg.lut), "lut_hash": self.lut_hash,
+                "theta": self.net.theta_state(),
+                "candidates": [list(l.candidates) for l in self.net.layers]}
 
     # -- one epoch ---------------------------------------------------------------------------
-    def plan(self, epoch: int) -> Iterator[tuple[str, tuple[torch.Tensor, torch.Tensor]]]:
-        self.w_loader.set_epoch(epoch)
-        self.t_loader.set_epoch(epoch)
+    def plan(self, epoch: int) -> Iterator[tuple[str, Batch]]:
+        w_loader, t_loader = self.train_loader, self.theta_loader
+        w_loader.set_epoch(epoch)
+        t_loader.set_epoch(epoch)
         if epoch < self.cfg.warmup_epochs:
-            for batch in self.w_loader:
+            for batch in w_loader:
                 yield "weights", batch
             return
         if self.cfg.search.alternation == "epoch":
-            for batch in self.w_loader:
+            for batch in w_loader:
                 yield "weights", batch
-            for batch in self.t_loader:
+            for batch in t_loader:
                 yield "theta", batch
             return
-        k = self.cfg.search.accumulate
-        theta_iter = iter(self.t_loader)
-        w_batches = iter(self.w_loader)
+        k = self.accumulate
+        theta_iter = iter(t_loader)
+        w_batches = iter(w_loader)
         while True:
             group = [b for _, b in zip(range(k), w_batches)]
             if len(group) < k:
@@ -309,269 +123,77 @@ class Search:
                 try:
                     b = next(theta_iter)
                 except StopIteration:
-                    theta_iter = iter(self.t_loader)
+                    theta_iter = iter(t_loader)
                     b = next(theta_iter)
                 yield "theta", b
 
     def plan_length(self, epoch: int) -> int:
-        nw = len(self.w_loader)
+        nw = len(self.train_loader)
         if epoch < self.cfg.warmup_epochs:
             return nw
         if self.cfg.search.alternation == "epoch":
-            return nw + len(self.t_loader)
-        k = self.cfg.search.accumulate
+            return nw + len(self.theta_loader)
+        k = self.accumulate
         return 2 * (nw // k) * k
 
-    def train_epoch(self, epoch: int) -> dict:
-        cfg = self.cfg
-        tau = temperature(cfg, epoch)
-        k = cfg.search.accumulate
-        # per phase: loss, ce, sampled cost, cost factor of the loss, items
-        sums = {"weights": [0.0, 0.0, 0.0, 0.0, 0], "theta": [0.0, 0.0, 0.0, 0.0, 0]}
-        micro = {"weights": 0, "theta": 0}
-        self.model.train()
-        total_items = self.plan_length(epoch)
-        progress = Progress(total_items - self.position, f"epoch {epoch + 1}",
-                            enabled=cfg.run.progress and self.info.is_main, interval=60)
-        for item, (phase, (x, y)) in enumerate(self.plan(epoch)):
-            if item < self.position:
-                continue
-            opt = self.opt_w if phase == "weights" else self.opt_t
-            if micro[phase] % k == 0:
-                self.model.zero_grad(set_to_none=True)
-            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            logits, cost = self.model(x, tau=tau, mode=cfg.search.mode,
-                                      per_sample=cfg.search.per_sample)
-            ce = F.cross_entropy(logits, y, reduction="none" if cost.dim() else "mean")
-            loss, factor = self.loss(ce, cost)
-            loss = loss.mean()
-            if not torch.isfinite(loss):
-                raise FbnasError(
-                    f"the loss became {float(loss.detach())} at epoch {epoch + 1}, step {item + 1} "
-                    f"({phase} phase); the last good checkpoint {self.paths.last} is intact. "
-                    "Lower optim.weights.lr or optim.theta.lr and resume")
-            (loss / k).backward()
-            micro[phase] += 1
-            if micro[phase] % k == 0:
-                opt.step()
-                if phase == "weights":
-                    self.sched_w.step()
-                self.global_step += 1
-            s = sums[phase]
-            s[0] += float(loss.detach())
-            s[1] += float(ce.detach().mean())
-            s[2] += float(cost.detach().mean())
-            s[3] += float(factor.detach().mean())
-            s[4] += 1
-            self.position = item + 1
-            progress.update()
-            if self.writer is not None and self.global_step % cfg.run.log_every == 0 \
-                    and micro[phase] % k == 0:
-                self._log_step(phase, *(v / s[4] for v in s[:4]), tau)
-            if self.stop_requested and micro["weights"] % k == 0 and micro["theta"] % k == 0:
-                break
-        progress.close()
-        return sums
-
-    def loss(self, ce: torch.Tensor, cost: torch.Tensor):
-        lo = self.cfg.loss
+    def forward_loss(self, x: torch.Tensor, y: torch.Tensor, epoch: int):
+        s, lo = self.cfg.search, self.cfg.loss
+        logits, cost = self.model(x, tau=temperature(self.cfg, epoch), mode=s.mode,
+                                  per_sample=s.per_sample)
+        ce = F.cross_entropy(logits, y, reduction="none" if cost.dim() else "mean")
         if lo.form == "target":
-            return target_loss(ce, cost, lo.target_ms * 1000.0, lo.target_exponent)
-        return paper_loss(ce, cost, lo.alpha, lo.beta)
+            loss, factor = target_loss(ce, cost, lo.target_ms * 1000.0, lo.target_exponent)
+        else:
+            loss, factor = paper_loss(ce, cost, lo.alpha, lo.beta)
+        return loss.mean(), ce, cost, factor
 
-    @torch.no_grad()
-    def evaluate(self, loader: BatchLoader) -> dict:
-        """Deterministic accuracy (argmax or softmax of theta, no Gumbel noise)."""
-        self.net.eval()
-        top_k = min(5, self.classes)
-        correct1 = correct5 = ce_sum = count = 0.0
-        for x, y in loader:
-            x, y = x.to(self.device), y.to(self.device)
-            logits, _ = self.net(x, mode=self.cfg.search.eval_mode)
-            ce_sum += float(F.cross_entropy(logits, y, reduction="sum"))
-            top = logits.topk(top_k, dim=1).indices
-            correct1 += float((top[:, 0] == y).sum())
-            correct5 += float((top == y[:, None]).any(dim=1).sum())
-            count += y.numel()
-        correct1, correct5, ce_sum, count = all_reduce_sum([correct1, correct5, ce_sum, count],
-                                                           self.info, self.device)
-        n = max(count, 1)
-        return {"top1": 100 * correct1 / n, f"top{top_k}": 100 * correct5 / n, "ce": ce_sum / n,
-                "images": int(count)}
+    def eval_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Deterministic: argmax or softmax of theta, never Gumbel noise."""
+        return self.net(x, mode=self.cfg.search.eval_mode)[0]
 
-    # -- logging -----------------------------------------------------------------------------
-    def _log_step(self, phase: str, loss: float, ce: float, cost: float, factor: float,
-                  tau: float) -> None:
-        """Running means of the phase so far in this epoch."""
-        w, step = self.writer, self.global_step
-        w.add_scalar(f"train_{phase}/loss_total", loss, step)
-        w.add_scalar(f"train_{phase}/loss_ce", ce, step)
-        w.add_scalar(f"train_{phase}/loss_cost_factor", factor, step)
-        w.add_scalar(f"train_{phase}/cost_sampled", cost, step)
-        w.add_scalar("lr/weights", self.opt_w.param_groups[0]["lr"], step)
-        w.add_scalar("lr/theta", self.opt_t.param_groups[0]["lr"], step)
-        w.add_scalar("temperature", tau, step)
+    # -- reporting ---------------------------------------------------------------------------
+    def describe(self) -> str:
+        cfg = self.cfg
+        return (f"search {self.space.name}: {len(self.net.layers)} layers, mode {cfg.search.mode}, "
+                f"{self.epochs} epochs ({cfg.warmup_epochs} weights-only), splits "
+                f"weights/theta/val = {len(self.splits['weights'])}/{len(self.splits['theta'])}/"
+                f"{len(self.splits['val'])} images, {self.info.world_size} process(es) on "
+                f"{self.device}")
 
-    def _log_epoch(self, epoch: int, record: dict) -> None:
-        w = self.writer
-        if w is None:
-            return
-        step = epoch + 1
-        for key, value in record.items():
-            if isinstance(value, (int, float)) and key != "epoch":
-                w.add_scalar(f"epoch/{key}", value, step)
-        for i, p in enumerate(self.net.probabilities()):
+    def epoch_extras(self, epoch: int) -> dict:
+        return {"temperature": temperature(self.cfg, epoch),
+                "cost_argmax": self.net.cost_of(self.net.argmax_ops()),
+                "cost_expected": self.net.expected_cost()}
+
+    def epoch_line_extras(self, r: dict) -> list[str]:
+        metric = self.cfg.search.cost
+        return [f"tau {r['temperature']:.3f}",
+                f"argmax {format_cost(r['cost_argmax'], metric)}, expected "
+                f"{format_cost(r['cost_expected'], metric)}"]
+
+    def log_epoch_extras(self, epoch: int) -> None:
+        w, step = self.writer, epoch + 1
+        probs = self.net.probabilities()
+        for i, p in enumerate(probs):
             entropy = float(-(p * p.clamp_min(1e-12).log()).sum())
             w.add_scalar(f"theta_entropy/layer_{i:02d}", entropy, step)
             w.add_histogram(f"theta_prob/layer_{i:02d}", p, step)
         rows = ["| layer | op | p |", "|---|---|---|"]
-        for i, (layer, p) in enumerate(zip(self.net.layers, self.net.probabilities())):
+        for i, (layer, p) in enumerate(zip(self.net.layers, probs)):
             j = int(p.argmax())
             rows.append(f"| {i} | {layer.candidates[j]} | {float(p[j]):.3f} |")
         w.add_text("argmax_architecture", "\n".join(rows), step)
-        w.flush()
-
-    # -- the run -----------------------------------------------------------------------------
-    def run(self, stop_after: int | None = None) -> dict:
-        cfg = self.cfg
-        if self.info.is_main:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(str(self.paths.tensorboard))
-            atomic_write(self.paths.config, lambda p: p.write_text(dump(cfg)))
-        metric = cfg.search.cost
-        if self.epoch == 0 and self.position == 0:
-            self.log(f"search {self.space.name}: {len(self.net.layers)} layers, mode "
-                     f"{cfg.search.mode}, {cfg.search.epochs} epochs ({cfg.warmup_epochs} weights-"
-                     f"only), splits weights/theta/val = {len(self.splits['weights'])}/"
-                     f"{len(self.splits['theta'])}/{len(self.splits['val'])} images, "
-                     f"{self.info.world_size} process(es) on {self.device}")
-        else:
-            self.log(f"resuming at epoch {self.epoch + 1}"
-                     + (f", item {self.position}" if self.position else ""))
-        done_now = 0
-        with self._interrupt_guard():
-            while self.epoch < cfg.search.epochs:
-                epoch = self.epoch
-                if self.position and self.rng_state is not None:
-                    torch.set_rng_state(self.rng_state)
-                else:
-                    torch.manual_seed(_epoch_seed(cfg.run.seed, epoch, self.info.rank))
-                started = time.monotonic()
-                sums = self.train_epoch(epoch)
-                if self.stop_requested and self.position < self.plan_length(epoch):
-                    self.save()
-                    self.log(f"stopped at epoch {epoch + 1}, item {self.position}; saved "
-                             f"{self.paths.last}; continue with --resume")
-                    return self.summary(stopped=True)
-                record = self._epoch_record(epoch, sums, time.monotonic() - started)
-                self.history.append(record)
-                self.epoch, self.position, self.rng_state = epoch + 1, 0, None
-                self.save()
-                barrier(self.info)
-                self._log_epoch(epoch, record)
-                self.log(self._epoch_line(record, metric))
-                done_now += 1
-                if self.stop_requested or (stop_after is not None and done_now >= stop_after):
-                    if self.epoch < cfg.search.epochs:
-                        self.log(f"stopped after epoch {self.epoch}; saved {self.paths.last}; "
-                                 "continue with --resume")
-                    return self.summary(stopped=self.epoch < cfg.search.epochs)
-        result = self.summary(stopped=False)
-        if self.test_loader is not None:
-            test = self.evaluate(self.test_loader)
-            result["test"] = test
-            self.log(f"test set (reporting only, never used for choices): top1 "
-                     f"{test['top1']:.2f}% on {test['images']} images")
-        if self.writer is not None:
-            self.writer.close()
-        return result
-
-    def _epoch_record(self, epoch: int, sums: dict, seconds: float) -> dict:
-        world = self.info.world_size
-        w, t = sums["weights"], sums["theta"]
-        vals = all_reduce_sum([w[0], w[1], w[2], w[4], t[0], t[1], t[2], t[4]], self.info,
-                              self.device)
-        record = {"epoch": epoch + 1, "temperature": temperature(self.cfg, epoch),
-                  "seconds": seconds, "processes": world}
-        if vals[3]:
-            record.update(w_loss=vals[0] / vals[3], w_ce=vals[1] / vals[3])
-        if vals[7]:
-            record.update(theta_loss=vals[4] / vals[7], theta_ce=vals[5] / vals[7],
-                          theta_cost_sampled=vals[6] / vals[7])
-        if self.val_loader is not None:
-            ev = self.evaluate(self.val_loader)
-            record.update({f"val_{k}": v for k, v in ev.items() if k != "images"})
-        record["cost_argmax"] = self.net.cost_of(self.net.argmax_ops())
-        record["cost_expected"] = self.net.expected_cost()
-        return record
-
-    def _epoch_line(self, r: dict, metric: str) -> str:
-        phase = "w" if "theta_loss" not in r else "w+theta"
-        parts = [f"epoch {r['epoch']}/{self.cfg.search.epochs} [{phase}] tau {r['temperature']:.3f}"]
-        if "w_loss" in r:
-            parts.append(f"w loss {r['w_loss']:.3f} (ce {r['w_ce']:.3f})")
-        if "theta_loss" in r:
-            parts.append(f"theta loss {r['theta_loss']:.3f}")
-        if "val_top1" in r:
-            k = "val_top5" if "val_top5" in r else next(x for x in r if x.startswith("val_top")
-                                                         and x != "val_top1")
-            parts.append(f"val top1 {r['val_top1']:.2f}% {k[4:]} {r[k]:.2f}%")
-        parts.append(f"argmax {format_cost(r['cost_argmax'], metric)}, expected "
-                     f"{format_cost(r['cost_expected'], metric)}")
-        parts.append(f"{r['seconds']:.1f}s")
-        return " | ".join(parts)
 
     def summary(self, stopped: bool) -> dict:
-        return {"epochs_done": self.epoch, "stopped": stopped, "checkpoint": str(self.paths.last),
-                "argmax_ops": self.net.argmax_ops(),
-                "argmax_cost": self.net.cost_of(self.net.argmax_ops()),
-                "history": self.history}
-
-    @contextmanager
-    def _interrupt_guard(self):
-        """First Ctrl-C: finish the step, save, stop. A second one aborts at once."""
-        if self.info.enabled or not _main_thread():
-            yield
-            return
-
-        def handler(signum, frame):
-            if self.stop_requested:
-                raise KeyboardInterrupt
-            self.stop_requested = True
-            self.log("interrupt: stopping after this step and saving (Ctrl-C again to abort)")
-
-        previous = signal.signal(signal.SIGINT, handler)
-        try:
-            yield
-        finally:
-            signal.signal(signal.SIGINT, previous)
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
+        ops = self.net.argmax_ops()
+        return {**super().summary(stopped), "argmax_ops": ops,
+                "argmax_cost": self.net.cost_of(ops)}
 
 
 def run_search(cfg: Config, out: str | Path, resume: bool = False, force: bool = False,
                stop_after: int | None = None, echo: Callable[[str], None] = print) -> dict:
     """Run (or resume) a search into run directory ``out``; return a summary."""
-    out = Path(out)
-    paths = prepare_run_dir(out, resume, force)
-    ckpt = load_checkpoint(paths.last) if resume else None
-    if ckpt is not None and ckpt.get("kind") != "search":
-        raise FbnasError(f"{paths.last} is not a search checkpoint")
-    if cfg.run.threads:
-        torch.set_num_threads(cfg.run.threads)
-    info = init_from_env("cuda" if cfg.run.device == "cuda" or
-                         (cfg.run.device == "auto" and torch.cuda.is_available()) else "cpu")
-    device = pick_device(cfg.run.device, info)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    out.mkdir(parents=True, exist_ok=True)
-    search = Search(cfg, paths, info, device, echo, ckpt)
-    return search.run(stop_after=stop_after)
+    return launch(Search, cfg, out, resume, force, stop_after, echo)
 
 
 def resume_config(out: str | Path) -> dict:

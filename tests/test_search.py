@@ -4,7 +4,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import fbnas.search as search_mod
+import fbnas.trainer as trainer_mod
 from fbnas.cli import main
 from fbnas.config import load_config
 from fbnas.errors import FbnasError
@@ -41,9 +41,10 @@ def test_run_directory_and_checkpoint_contents(tmp_path, tiny_lut_file):
     assert (out / "config.yaml").is_file() and (out / "train.log").is_file()
     assert any((out / "tensorboard").glob("events.out.tfevents.*"))
     ckpt = load_checkpoint(out / "checkpoints" / "last.pt")  # weights_only=True inside
-    for key in ("model", "theta", "optim_weights", "optim_theta", "sched_weights", "config",
-                "space", "lut_hash", "history"):
+    for key in ("model", "theta", "optimizers", "scheduler", "config", "space", "lut_hash",
+                "history", "epoch", "position"):
         assert key in ckpt, key
+    assert set(ckpt["optimizers"]) == {"weights", "theta"}
     assert len(ckpt["theta"]) == 4 and ckpt["epoch"] == 2
     assert any(float(t.abs().max()) > 0 for t in ckpt["theta"])  # theta trained
     hist = ckpt["history"]
@@ -74,13 +75,13 @@ def test_ctrl_c_saves_mid_epoch_and_resume_is_exact(tmp_path, tiny_lut_file, mon
     cfg = small_config(tiny_lut_file, **{"search.epochs": 1})
     run_search(cfg, tmp_path / "full", echo=quiet)
 
-    class InterruptingProgress(search_mod.Progress):
+    class InterruptingProgress(trainer_mod.Progress):
         def update(self, n=1):
             super().update(n)
             if self.done == 4:
                 signal.raise_signal(signal.SIGINT)
 
-    monkeypatch.setattr(search_mod, "Progress", InterruptingProgress)
+    monkeypatch.setattr(trainer_mod, "Progress", InterruptingProgress)
     stopped = run_search(cfg, tmp_path / "split", echo=quiet)
     assert stopped["stopped"]
     ckpt = load_checkpoint(tmp_path / "split/checkpoints/last.pt")
