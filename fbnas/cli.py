@@ -158,10 +158,10 @@ def show_lut(lut_path, space_name):
 def sample(source, hard, num, seed, name, out, lut_path, force):
     """Sample architectures from a search's theta into an architecture file (JSON).
 
-    SOURCE is a run folder of fbnas train (its checkpoints/last.pt is used) or a
-    checkpoint file such as RUN_DIR/checkpoints/best.pt. The file holds many named
-    architectures; each records its model definition, predicted latency, FLOPs, params,
-    theta probabilities and the hashes of its checkpoint, lookup table and space.
+    RUN_DIR_OR_CHECKPOINT is a run folder of fbnas train (its checkpoints/last.pt is
+    used) or a checkpoint file such as RUN_DIR/checkpoints/best.pt. The file holds many
+    named architectures; each records its model definition, predicted latency, FLOPs,
+    params, theta probabilities and the hashes of its checkpoint, lookup table and space.
 
     \b
     Example:
