@@ -233,7 +233,7 @@ def make_entry(ck: SearchCheckpoint, lut, ops: list[str], name: str, sampling: d
         "sampling": sampling,
         "probability": float(math.exp(logp)),
         "log_probability": round(logp, 6),
-        "theta": [{op: round(float(x), 6) for op, x in zip(layer.candidates, p)}
+        "theta_softmax": [{op: round(float(x), 6) for op, x in zip(layer.candidates, p)}
                   for layer, p in zip(space.layers, ck.probs)],
         "source": {
             "checkpoint": str(ck.path),
@@ -552,7 +552,7 @@ def format_entry(entry: dict, lut=None) -> str:
     """An architecture as a per-stage table: op, channels, stride, input size, p(op), latency."""
     rows = layer_rows(entry)
     lats = row_latencies(entry, lut) if lut is not None else None
-    theta = entry.get("theta") if isinstance(entry.get("theta"), list) else None
+    theta = entry.get("theta_softmax") if isinstance(entry.get("theta_softmax"), list) else None
     out = []
     for i, r in enumerate(rows):
         p = ""

@@ -109,12 +109,12 @@ def test_hard_sample_writes_self_describing_definition(tmp_path, space, lut_path
     assert e["source"]["checkpoint_hash"] == file_hash(run / "checkpoints" / "last.pt")
     assert e["source"]["lut_hash"] == file_hash(lut_path) == e["source"]["search_lut_hash"]
     assert e["source"]["epoch"] == 7
-    for layer, probs, op in zip(space.layers, e["theta"], HARD):
+    for layer, probs, op in zip(space.layers, e["theta_softmax"], HARD):
         assert list(probs) == list(layer.candidates)
         assert sum(probs.values()) == pytest.approx(1.0, abs=1e-5)
         assert max(probs, key=probs.get) == op
     assert e["probability"] == pytest.approx(
-        math.prod(p[op] for p, op in zip(e["theta"], HARD)), rel=1e-4)
+        math.prod(p[op] for p, op in zip(e["theta_softmax"], HARD)), rel=1e-4)
     # the per-stage table: every op, the prediction and where it went
     for op in HARD:
         assert op in res.stdout
