@@ -234,7 +234,7 @@ def make_entry(ck: SearchCheckpoint, lut, ops: list[str], name: str, sampling: d
         "probability": float(math.exp(logp)),
         "log_probability": round(logp, 6),
         "theta_softmax": [{op: round(float(x), 6) for op, x in zip(layer.candidates, p)}
-                  for layer, p in zip(space.layers, ck.probs)],
+                          for layer, p in zip(space.layers, ck.probs)],
         "source": {
             "checkpoint": str(ck.path),
             "checkpoint_hash": ck.hash,
