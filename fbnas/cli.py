@@ -200,5 +200,161 @@ def train(config_path, space_name, lut, data_dir, out, epochs, mode, seed, devic
         click.echo(f"next: fbnas sample {out} --hard")
 
 
+@main.command(context_settings=CONTEXT)
+@click.argument("source", metavar="RUN_DIR_OR_CHECKPOINT", type=click.Path(path_type=Path))
+@click.option("--hard", is_flag=True,
+              help="Take each layer's most probable op (argmax theta) instead of drawing.")
+@click.option("--num", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Architectures to draw from softmax(theta) (not with --hard).")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the draws.")
+@click.option("--name", default=None,
+              help="Name in the file [default: RUN_hard, or RUN_seedS_I for draw I].")
+@click.option("--out", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="Architecture file to add to [default: RUN_DIR/arch.json].")
+@click.option("--lut", "lut_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="Lookup table for predictions [default: the one the search used].")
+@click.option("--force", is_flag=True, help="Replace architectures of the same name.")
+def sample(source, hard, num, seed, name, out, lut_path, force):
+    """Sample architectures from a search's theta into an architecture file (JSON).
+
+    RUN_DIR_OR_CHECKPOINT is a run folder of fbnas train (its checkpoints/last.pt is
+    used) or a checkpoint file such as RUN_DIR/checkpoints/best.pt. The file holds many
+    named architectures; each records its model definition, predicted latency, FLOPs,
+    params, theta probabilities and the hashes of its checkpoint, lookup table and space.
+
+    \b
+    Example:
+      fbnas sample runs/search --hard
+      fbnas sample runs/search --num 10 --seed 1 --out archs.json
+      python -c "import fbnas; print(fbnas.build_model('runs/search/arch.json', 'search_hard'))"
+    """
+    from fbnas.arch import (add_architectures, format_entry, format_ranked,
+                            load_search_checkpoint, resolve_lut, sample_architectures)
+    from fbnas.errors import UsageError
+
+    if hard and num > 1:
+        raise UsageError("--num draws from softmax(theta); --hard gives one architecture")
+    ck = load_search_checkpoint(source)
+    lut = resolve_lut(ck, lut_path)
+    entries = sample_architectures(ck, lut, hard, num=num, seed=seed, name=name)
+    out = out or ck.run_dir / "arch.json"
+    add_architectures(out, entries, force=force)
+    if len(entries) == 1:
+        click.echo(format_entry(entries[0], lut))
+    else:
+        click.echo(format_ranked(entries, num, seed))
+    what = entries[0]["name"] if len(entries) == 1 else f"{len(entries)} architectures"
+    click.echo(f"wrote {what} to {out}")
+
+
+def _arch_options(f):
+    f = click.option("--name", default=None,
+                     help="Architecture in the file (needed when it holds several).")(f)
+    f = click.argument("arch_path", metavar="ARCH",
+                       type=click.Path(dir_okay=False, path_type=Path))(f)
+    return f
+
+
+@main.command(context_settings=CONTEXT)
+@_arch_options
+@click.option("--lut", "lut_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="Lookup table to predict with [default: the one the architecture records].")
+@click.option("--threads", default=None, type=click.IntRange(min=1),
+              help="torch intra-op threads [default: the table's, else 1].")
+@click.option("--batch", default=None, type=click.IntRange(min=1),
+              help="Batch size [default: the table's, else 1].")
+@click.option("--rounds", default=5, show_default=True, type=click.IntRange(min=1),
+              help="Timing rounds.")
+@click.option("--min-time", default=0.2, show_default=True, type=click.FloatRange(min=0.001),
+              help="Seconds of timing per round.")
+@click.option("--seed", default=0, show_default=True, type=int)
+def latency(arch_path, name, lut_path, threads, batch, rounds, min_time, seed):
+    """Measure an architecture's whole-network latency and compare it with the prediction.
+
+    Uses the profile's protocol (eval mode, inference_mode, warm-up, explicit threads,
+    median of blocked timings). The prediction is the lookup table's (calibrated when the
+    table has a calibration); the error is (predicted - measured) / measured.
+
+    \b
+    Example:
+      fbnas latency runs/search/arch.json --name search_hard --threads 1
+    """
+    from fbnas.arch import latency_report, recorded_lut, select
+
+    name, defn = select(arch_path, name)
+    lut = recorded_lut(defn, lut_path)
+    click.echo(latency_report(defn, lut, threads=threads, batch=batch, rounds=rounds,
+                              min_run_time=min_time, seed=seed))
+
+
+@main.command(context_settings=CONTEXT)
+@_arch_options
+@click.option("--lut", "lut_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="Lookup table for per-layer latency [default: the one the architecture "
+                   "records].")
+def summary(arch_path, name, lut_path):
+    """Print an architecture layer by layer: op, output shape, params, FLOPs, table latency.
+
+    Shapes come from forward hooks on a built network; FLOPs from torch's flop counter.
+
+    \b
+    Example:
+      fbnas summary runs/search/arch.json --name search_hard
+    """
+    from fbnas.arch import format_summary, recorded_lut, select
+
+    _, defn = select(arch_path, name)
+    click.echo(format_summary(defn, recorded_lut(defn, lut_path)))
+
+
+@main.command(context_settings=CONTEXT)
+@_arch_options
+@click.option("--weights", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="Retrained-model checkpoint or state_dict of the network.")
+@click.option("--random-weights", is_flag=True,
+              help="Export freshly initialised weights (to try the export before training).")
+@click.option("--format", "fmt", required=True, type=click.Choice(["pt2", "onnx"]),
+              help="pt2: torch.export program; onnx: needs pip install 'fbnas[onnx]'.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Output file (.pt2 for --format pt2).")
+@click.option("--seed", default=0, show_default=True, type=int,
+              help="Seed of --random-weights.")
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def export(arch_path, name, weights, random_weights, fmt, out, seed, force):
+    """Export an architecture with its weights for deployment (batch size stays dynamic).
+
+    --weights takes a retrained-model checkpoint (its architecture must match) or a plain
+    state_dict of the network; --random-weights exports an untrained network instead. The
+    pt2 program is loaded back and its outputs are checked against the eager model.
+
+    \b
+    Example:
+      fbnas export runs/search/arch.json --weights runs/retrain/checkpoints/best.pt \\
+          --format pt2 --out model.pt2
+    """
+    import torch
+
+    from fbnas.arch import build_model
+    from fbnas.errors import UsageError
+    from fbnas.export import export_model, load_weights, require_onnx
+
+    if (weights is None) == (not random_weights):
+        raise UsageError("pass --weights CKPT, or --random-weights to export an untrained "
+                         "network")
+    if fmt == "onnx":
+        require_onnx()
+    torch.manual_seed(seed)
+    model = build_model(arch_path, name)
+    what = load_weights(model, weights) if weights else f"random weights (seed {seed})"
+    diff = export_model(model, fmt, out, force=force)
+    click.echo(f"exported {model.definition['name']} with {what}")
+    shape = "x".join(map(str, model.input_shape(1)[1:]))
+    click.echo(f"input: float32 N x {shape} (N dynamic), output: N x "
+               f"{model.definition['head']['classes']} logits")
+    if diff is not None:
+        click.echo(f"checked: the saved program matches eager within {diff:.1e} (max abs)")
+    click.echo(f"wrote {out}")
+
+
 if __name__ == "__main__":
     main()
