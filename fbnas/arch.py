@@ -25,11 +25,10 @@ import numpy as np
 
 import fbnas
 from fbnas.errors import FbnasError
-from fbnas.io import file_hash, read_json, write_json
+from fbnas.io import CHECKPOINT_FORMAT, file_hash, load_torch, read_json, write_json
 from fbnas.space import SearchSpace
 
 SCHEMA = "fbnas.arch/1"
-CHECKPOINT_FORMAT = "fbnas.checkpoint/1"
 CORE_KEYS = ("input", "stem", "blocks", "head")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -42,21 +41,6 @@ def warn_stderr(msg: str) -> None:
 
 
 # --------------------------------------------------------------------------- checkpoints
-
-
-def load_checkpoint(path: str | Path) -> Any:
-    """``torch.load`` with ``weights_only=True``; any failure is a one-line FbnasError."""
-    import torch
-
-    path = Path(path)
-    if not path.is_file():
-        raise FbnasError(f"checkpoint {path} does not exist")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many types for corrupt, truncated or unsafe files
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise FbnasError(f"cannot load checkpoint {path} (truncated, corrupted or not a "
-                         f"torch file?): {first[:200]}") from None
 
 
 def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
@@ -97,7 +81,7 @@ def load_search_checkpoint(path: str | Path) -> SearchCheckpoint:
     import torch
 
     ckpt_path, run_dir = resolve_checkpoint(path)
-    ck = load_checkpoint(ckpt_path)
+    ck = load_torch(ckpt_path)
     where = f"checkpoint {ckpt_path}"
     if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT:
         got = ck.get("format") if isinstance(ck, dict) else type(ck).__name__

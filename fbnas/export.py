@@ -8,10 +8,9 @@ from pathlib import Path
 
 import torch
 
-from fbnas.arch import (CHECKPOINT_FORMAT, load_checkpoint, space_hash_of,
-                        structure_difference)
+from fbnas.arch import space_hash_of, structure_difference
 from fbnas.errors import FbnasError
-from fbnas.io import atomic_write, refuse_overwrite
+from fbnas.io import CHECKPOINT_FORMAT, atomic_write, load_torch, refuse_overwrite
 from fbnas.model import Network
 
 FORMATS = ("pt2", "onnx")
@@ -25,7 +24,7 @@ def load_weights(model: Network, path: str | Path) -> str:
     A checkpoint must have been trained for the same architecture: same space (when both
     record one) and the same input, stem, blocks and head.
     """
-    obj = load_checkpoint(path)
+    obj = load_torch(path)
     defn = model.definition
     name = defn.get("name", "the architecture")
     if isinstance(obj, dict) and "format" in obj:

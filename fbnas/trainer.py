@@ -28,10 +28,9 @@ from fbnas.config import Config, dump
 from fbnas.data import BatchLoader, Dataset, load_dataset, make_splits
 from fbnas.dist import DistInfo, all_reduce_sum, barrier, init_from_env
 from fbnas.errors import FbnasError
-from fbnas.io import atomic_write
+from fbnas.io import CHECKPOINT_FORMAT, atomic_write, load_torch
 from fbnas.progress import Progress
 
-CHECKPOINT_FORMAT = "fbnas.checkpoint/1"
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -81,17 +80,11 @@ def prepare_run_dir(out: Path, resume: bool, force: bool) -> RunPaths:
 
 
 def load_checkpoint(path: str | Path, kind: str | None = None) -> dict:
-    """Load a checkpoint safely (tensors and plain containers only)."""
+    """Load an fbnas checkpoint (a file, or a run directory's last one) safely."""
     path = Path(path)
     if path.is_dir():
         path = RunPaths(path).last
-    if not path.is_file():
-        raise FbnasError(f"checkpoint {path} does not exist")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many types for truncated or foreign files
-        raise FbnasError(f"checkpoint {path} cannot be loaded (truncated or not an fbnas "
-                         f"checkpoint): {str(e).splitlines()[0][:200]}") from None
+    ckpt = load_torch(path)
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
         raise FbnasError(f"{path} is not an fbnas checkpoint ({CHECKPOINT_FORMAT})")
     if kind is not None and ckpt.get("kind") != kind:
