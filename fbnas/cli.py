@@ -141,26 +141,60 @@ def show_lut(lut_path, space_name):
     click.echo(load_lut(lut_path, space).summary())
 
 
+_RUN_OPTIONS = [
+    click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+                 help="YAML config (configs/fbnet_cifar.yaml, configs/tiny.yaml, or your own)."),
+    click.option("--data-dir", help="Folder with cifar-10-batches-py/ or an image folder "
+                 "(data.dir)."),
+    click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+                 help="Run directory: config, log, TensorBoard, checkpoints "
+                 "[default: runs/search for train, runs/retrain for retrain]."),
+    click.option("--epochs", type=click.IntRange(min=1), help="Total epochs."),
+    click.option("--seed", type=int, help="Seed for splits, init, data order and noise."),
+    click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), help="Where to train."),
+    click.option("--threads", type=click.IntRange(min=1), help="torch intra-op threads."),
+    click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                 help="Override any config key, e.g. --set optim.weights.lr=0.05 (repeatable)."),
+    click.option("--download", is_flag=True, help="Download CIFAR-10 into the data dir if "
+                 "missing."),
+    click.option("--resume", is_flag=True, help="Continue the run in --out where it stopped."),
+    click.option("--force", is_flag=True, help="Start over in a non-empty --out."),
+]
+
+
+def run_options(f):
+    """The options train and retrain share."""
+    for option in reversed(_RUN_OPTIONS):
+        f = option(f)
+    return f
+
+
+def run_config(config_path, out, resume, force, overrides, download, **keys):
+    """Defaults < the resumed run's config < --config file < named options < --set."""
+    from fbnas.config import load_config
+    from fbnas.trainer import resume_config
+
+    if resume and force:
+        raise UsageError("--resume continues a run and --force starts over; pick one")
+    base = resume_config(out) if resume else None
+    sets = [f"{k}={v}" for k, v in keys.items() if v is not None]
+    if download:
+        sets.append("data.download=true")
+    cfg = load_config(config_path, sets + list(overrides), base=base)
+    if cfg.data.download:
+        from fbnas.data import download_cifar10
+
+        download_cifar10(cfg.data.dir)
+    return cfg
+
+
 @main.command(context_settings=CONTEXT)
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="YAML config (configs/fbnet_cifar.yaml, configs/tiny.yaml, or your own).")
+@run_options
 @click.option("--space", "space_name", help="Search space name or YAML file (config key space).")
 @click.option("--lut", help="Lookup table JSON (config key lut).")
-@click.option("--data-dir", help="Folder with cifar-10-batches-py/ or an image folder (data.dir).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/search"),
-              show_default=True, help="Run directory: config, log, TensorBoard, checkpoints.")
-@click.option("--epochs", type=click.IntRange(min=1), help="Total epochs (search.epochs).")
 @click.option("--mode", type=click.Choice(["soft", "hard"]), help="Supernet forward mode.")
-@click.option("--seed", type=int, help="Seed for splits, init, data order and Gumbel noise.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), help="Where to train.")
-@click.option("--threads", type=click.IntRange(min=1), help="torch intra-op threads.")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override any config key, e.g. --set optim.weights.lr=0.05 (repeatable).")
-@click.option("--download", is_flag=True, help="Download CIFAR-10 into --data-dir if missing.")
-@click.option("--resume", is_flag=True, help="Continue the run in --out where it stopped.")
-@click.option("--force", is_flag=True, help="Start over in a non-empty --out.")
-def train(config_path, space_name, lut, data_dir, out, epochs, mode, seed, device, threads,
-          overrides, download, resume, force):
+def train(config_path, data_dir, out, epochs, seed, device, threads, overrides, download,
+          resume, force, space_name, lut, mode):
     """Search: train the Gumbel-softmax supernet with alternating weight/theta optimizers.
 
     Loss: CE * alpha * (log LAT)^beta with LAT the expected latency in microseconds (or
@@ -173,31 +207,52 @@ def train(config_path, space_name, lut, data_dir, out, epochs, mode, seed, devic
       fbnas train --config configs/fbnet_cifar.yaml --data-dir data/cifar10 --out runs/c10
       fbnas train --out runs/c10 --resume
     """
-    from fbnas.config import load_config
-    from fbnas.search import resume_config, run_search
+    from fbnas.search import run_search
 
-    if resume and force:
-        raise UsageError("--resume continues a run and --force starts over; pick one")
-    base = resume_config(out) if resume else None
-    sets = list(overrides)
-    for key, value in (("space", space_name), ("lut", lut), ("data.dir", data_dir),
-                       ("search.epochs", epochs), ("search.mode", mode), ("run.seed", seed),
-                       ("run.device", device), ("run.threads", threads)):
-        if value is not None:
-            sets.insert(0, f"{key}={value}")
-    if download:
-        sets.insert(0, "data.download=true")
-    cfg = load_config(config_path, sets, base=base)
-    if cfg.data.download:
-        from fbnas.data import download_cifar10
-
-        download_cifar10(cfg.data.dir)
+    out = out or Path("runs/search")
+    cfg = run_config(config_path, out, resume, force, overrides, download,
+                     **{"space": space_name, "lut": lut, "data.dir": data_dir,
+                        "search.epochs": epochs, "search.mode": mode, "run.seed": seed,
+                        "run.device": device, "run.threads": threads})
     result = run_search(cfg, out, resume=resume, force=force, echo=click.echo)
     if not result["stopped"]:
         click.echo(f"done: {result['epochs_done']} epochs; argmax architecture costs "
                    f"{result['argmax_cost'] / 1000:.3f} ms" if cfg.search.cost == "latency" else
                    f"done: {result['epochs_done']} epochs")
         click.echo(f"next: fbnas sample {out} --hard")
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("arch", metavar="ARCH", required=False,
+                type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--name", help="Which architecture of ARCH (optional if it holds one).")
+@run_options
+def retrain(arch, name, config_path, data_dir, out, epochs, seed, device, threads, overrides,
+            download, resume, force):
+    """Train a sampled architecture from scratch and report its test accuracy.
+
+    SGD with momentum and the cosine schedule of optim.weights, label smoothing
+    (retrain.label_smoothing), the search's augmentation, on all training images except the
+    held-out part; the same run directory, checkpoints and --resume as train. Export the
+    result with: fbnas export ARCH --weights RUN_DIR/checkpoints/last.pt.
+
+    \b
+    Example:
+      fbnas retrain runs/search/arch.json --name search_hard --out runs/retrain --epochs 30
+    """
+    from fbnas.retrain import run_retrain
+
+    out = out or Path("runs/retrain")
+    if arch is None and not resume:
+        raise UsageError("give ARCH, the architecture file written by fbnas sample")
+    cfg = run_config(config_path, out, resume, force, overrides, download,
+                     **{"retrain.arch": arch, "retrain.name": name, "data.dir": data_dir,
+                        "retrain.epochs": epochs, "run.seed": seed, "run.device": device,
+                        "run.threads": threads})
+    result = run_retrain(cfg, out, resume=resume, force=force, echo=click.echo)
+    if not result["stopped"] and "test" in result:
+        click.echo(f"done: {result['epochs_done']} epochs; test top1 "
+                   f"{result['test']['top1']:.2f}%")
 
 
 @main.command(context_settings=CONTEXT)

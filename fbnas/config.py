@@ -92,6 +92,16 @@ class OptimConfig:
 
 
 @dataclass
+class RetrainConfig:
+    arch: Optional[str] = None  # architecture file written by fbnas sample
+    name: Optional[str] = None  # which architecture in it (optional if it holds one)
+    epochs: int = 100
+    label_smoothing: float = 0.1
+    dropout: float = 0.0  # before the classifier
+    decay_norm_and_bias: bool = False  # weight decay on BN parameters and biases too
+
+
+@dataclass
 class RunConfig:
     seed: int = 0
     device: str = _choices("auto", "cpu", "cuda", default="auto")
@@ -108,6 +118,7 @@ class Config:
     search: SearchConfig = field(default_factory=SearchConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    retrain: RetrainConfig = field(default_factory=RetrainConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
     def to_dict(self) -> dict:
@@ -223,6 +234,10 @@ def validate(cfg: Config) -> Config:
     need(cfg.optim.weights.lr > 0 and cfg.optim.theta.lr > 0, "learning rates must be positive")
     need(cfg.run.threads is None or cfg.run.threads >= 1, "config key run.threads must be >= 1")
     need(cfg.run.log_every >= 1, "config key run.log_every must be >= 1")
+    r = cfg.retrain
+    need(r.epochs >= 1, "config key retrain.epochs must be at least 1")
+    need(0 <= r.label_smoothing < 1, "config key retrain.label_smoothing must be in [0, 1)")
+    need(0 <= r.dropout < 1, "config key retrain.dropout must be in [0, 1)")
     return cfg
 
 

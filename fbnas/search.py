@@ -15,14 +15,14 @@ from typing import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from fbnas.config import Config, from_dict
+from fbnas.config import Config
 from fbnas.errors import FbnasError
 from fbnas.io import file_hash
 from fbnas.loss import paper_loss, target_loss
 from fbnas.lut import load_lut
 from fbnas.space import load_space
 from fbnas.supernet import Supernet
-from fbnas.trainer import (Batch, RunPaths, Trainer, launch, load_checkpoint)
+from fbnas.trainer import Batch, Trainer, launch, load_checkpoint, resume_config
 
 __all__ = ["Search", "run_search", "resume_config", "load_checkpoint", "temperature"]
 
@@ -194,9 +194,3 @@ def run_search(cfg: Config, out: str | Path, resume: bool = False, force: bool =
                stop_after: int | None = None, echo: Callable[[str], None] = print) -> dict:
     """Run (or resume) a search into run directory ``out``; return a summary."""
     return launch(Search, cfg, out, resume, force, stop_after, echo)
-
-
-def resume_config(out: str | Path) -> dict:
-    """The config a run in ``out`` was started with (to continue it with the same settings)."""
-    ckpt = load_checkpoint(RunPaths(Path(out)).last)
-    return from_dict(ckpt["config"]).to_dict()

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fbnas.config import Config, dump
+from fbnas.config import Config, dump, from_dict
 from fbnas.data import BatchLoader, Dataset, load_dataset, make_splits
 from fbnas.dist import DistInfo, all_reduce_sum, barrier, init_from_env
 from fbnas.errors import FbnasError
@@ -523,3 +523,8 @@ def launch(trainer_cls: type[Trainer], cfg: Config, out: str | Path, resume: boo
     out.mkdir(parents=True, exist_ok=True)
     trainer = trainer_cls(cfg, paths, info, device, echo, ckpt)
     return trainer.run(stop_after=stop_after)
+
+
+def resume_config(out: str | Path) -> dict:
+    """The config a run in ``out`` was started with (to continue it with the same settings)."""
+    return from_dict(load_checkpoint(RunPaths(Path(out)).last)["config"]).to_dict()

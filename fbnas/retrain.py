@@ -1,0 +1,101 @@
+"""Retraining a sampled architecture from scratch, on the trainer the search uses.
+
+The network trains on every training image outside the held-out evaluation part (the
+search's weight and theta parts together) with SGD, momentum and the cosine schedule of
+``optim.weights``, label smoothing, and the search's augmentation; the test set is scored
+once at the end, for reporting.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+
+from fbnas.arch import select, structure_difference
+from fbnas.config import Config
+from fbnas.errors import FbnasError
+from fbnas.model import Network
+from fbnas.trainer import Batch, Trainer, launch
+
+
+class Retrain(Trainer):
+    """Train one fixed architecture (checkpoints of kind "model", which export reads)."""
+
+    kind = "model"
+    phases = ("weights",)
+
+    def setup(self) -> None:
+        r = self.cfg.retrain
+        if not r.arch:
+            raise FbnasError("no architecture to retrain: give ARCH (a file written by fbnas "
+                             "sample) or set retrain.arch")
+        self.arch_name, self.definition = select(r.arch, r.name)
+        self.epochs = r.epochs
+        self.resolution = self.definition["input"]["resolution"]
+        self.num_classes = self.definition["head"]["classes"]
+
+    def check_resume(self, ckpt: dict) -> None:
+        diff = structure_difference(ckpt.get("definition", {}), self.definition)
+        if diff:
+            raise FbnasError(f"cannot resume: the run trained another architecture ({diff})")
+
+    def make_train_loaders(self, data, splits, **common) -> None:
+        indices = torch.cat([splits["weights"], splits["theta"]]).sort().values
+        self.train_loader = self.train_batches(data, indices, self.cfg.run.seed, **common)
+
+    def build_model(self) -> Network:
+        return Network(self.definition, dropout=self.cfg.retrain.dropout)
+
+    def build_optimizers(self) -> dict:
+        ow = self.cfg.optim.weights
+        decay, no_decay = [], []
+        for p in self.net.parameters():
+            # BN scales/shifts and biases are 1-D; decaying them usually hurts accuracy
+            (no_decay if p.dim() == 1 and not self.cfg.retrain.decay_norm_and_bias
+             else decay).append(p)
+        groups = [{"params": decay, "weight_decay": ow.weight_decay}]
+        if no_decay:
+            groups.append({"params": no_decay, "weight_decay": 0.0})
+        return {"weights": torch.optim.SGD(groups, lr=ow.lr, momentum=ow.momentum,
+                                           nesterov=ow.nesterov)}
+
+    def _apply_hyperparameters(self) -> None:
+        super()._apply_hyperparameters()
+        groups = self.optimizers["weights"].param_groups
+        if len(groups) > 1:  # keep the no-decay group undecayed
+            groups[1]["weight_decay"] = 0.0
+
+    def extra_state(self) -> dict:
+        return {"definition": self.definition, "arch_name": self.arch_name}
+
+    def plan(self, epoch: int) -> Iterator[tuple[str, Batch]]:
+        self.train_loader.set_epoch(epoch)
+        for batch in self.train_loader:
+            yield "weights", batch
+
+    def plan_length(self, epoch: int) -> int:
+        return len(self.train_loader)
+
+    def forward_loss(self, x: torch.Tensor, y: torch.Tensor, epoch: int):
+        ce = F.cross_entropy(self.model(x), y, label_smoothing=self.cfg.retrain.label_smoothing)
+        return ce, ce, None, None
+
+    def eval_logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def describe(self) -> str:
+        n = len(self.splits["weights"]) + len(self.splits["theta"])
+        params = sum(p.numel() for p in self.net.parameters())
+        return (f"retrain {self.arch_name}: {len(self.definition['blocks'])} blocks, "
+                f"{params:,} parameters, {self.epochs} epochs, {n} training / "
+                f"{len(self.splits['val'])} held-out images, {self.info.world_size} "
+                f"process(es) on {self.device}")
+
+
+def run_retrain(cfg: Config, out: str | Path, resume: bool = False, force: bool = False,
+                stop_after: int | None = None, echo: Callable[[str], None] = print) -> dict:
+    """Train (or resume training) the architecture ``cfg.retrain.arch`` into ``out``."""
+    return launch(Retrain, cfg, out, resume, force, stop_after, echo)

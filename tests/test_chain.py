@@ -1,0 +1,80 @@
+"""The whole chain through the CLI: profile -> train -> sample -> build -> retrain ->
+latency -> summary -> export, on the tiny space and the real CIFAR-10 subset."""
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import fbnas
+from fbnas.cli import main
+from fbnas.trainer import load_checkpoint
+from tests.conftest import CIFAR_SUBSET
+
+pytestmark = pytest.mark.skipif(not CIFAR_SUBSET.is_dir(), reason="needs ../shared/data")
+
+
+def cli(*args):
+    r = CliRunner().invoke(main, [str(a) for a in args])
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def test_profile_train_sample_retrain_export(tmp_path):
+    lut = tmp_path / "tiny.json"
+    cli("profile", "--space", "tiny", "--out", lut, "--rounds", 1, "--min-time", 0.005)
+    run = tmp_path / "search"
+    common = ["--data-dir", CIFAR_SUBSET, "--threads", 1, "--set", "data.limit=600",
+              "--set", "data.batch_size=32", "--set", "run.progress=false"]
+    out = cli("train", "--space", "tiny", "--lut", lut, "--out", run, "--epochs", 2,
+              "--set", "search.warmup_epochs=1", *common)
+    assert "epoch 2/2" in out and "test set" in out
+
+    out = cli("sample", run, "--hard")
+    arch = run / "arch.json"
+    data = json.loads(arch.read_text())
+    name = next(iter(data["architectures"]))
+    theta = load_checkpoint(run)["theta"]
+    ops = [b["op"] for b in data["architectures"][name]["blocks"]]
+    cands = load_checkpoint(run)["candidates"]
+    assert ops == [c[int(t.argmax())] for c, t in zip(cands, theta)]
+
+    model = fbnas.build_model(arch, name)
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+
+    rt = tmp_path / "retrain"
+    out = cli("retrain", arch, "--name", name, "--out", rt, "--epochs", 1, *common)
+    assert "test top1" in out
+    ckpt = load_checkpoint(rt)
+    assert ckpt["kind"] == "model" and ckpt["definition"]["blocks"] == data["architectures"][name]["blocks"]
+
+    out = cli("latency", arch, "--name", name, "--lut", lut, "--rounds", 1, "--min-time", 0.01)
+    assert "measured" in out and "predicted" in out
+    out = cli("summary", arch, "--name", name, "--lut", lut)
+    assert "total" in out
+    pt2 = tmp_path / "m.pt2"
+    out = cli("export", arch, "--name", name, "--weights", rt / "checkpoints/last.pt",
+              "--format", "pt2", "--out", pt2)
+    assert pt2.is_file() and "matches eager" in out
+
+
+def test_retrain_resume_equals_one_go(tmp_path, tiny_lut_data):
+    from fbnas.config import load_config
+    from fbnas.retrain import run_retrain
+    from fbnas.space import load_space
+
+    space = load_space("tiny")
+    defn = space.definition([l.candidates[0] for l in space.layers], name="first")
+    arch = tmp_path / "a.json"
+    arch.write_text(json.dumps(defn))
+    cfg = load_config(None, [f"retrain.arch={arch}", f"data.dir={CIFAR_SUBSET}",
+                             "data.limit=300", "data.batch_size=32", "retrain.epochs=2",
+                             "run.threads=1", "run.progress=false", "run.device=cpu"])
+    run_retrain(cfg, tmp_path / "full", echo=lambda m: None)
+    run_retrain(cfg, tmp_path / "split", stop_after=1, echo=lambda m: None)
+    run_retrain(cfg, tmp_path / "split", resume=True, echo=lambda m: None)
+    a, b = load_checkpoint(tmp_path / "full"), load_checkpoint(tmp_path / "split")
+    assert a["epoch"] == b["epoch"] == 2
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
