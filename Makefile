@@ -5,8 +5,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 FBNAS := $(VENV)/bin/fbnas
 DATA ?= ../shared/data/cifar10-subset
+LUT ?= lookup_tables/fbnet_cifar.json
 
-.PHONY: install test demo clean
+.PHONY: install test demo profile clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +19,17 @@ install: $(VENV)/.installed
 test: install
 	$(PY) -m pytest -q
 
+# The main job: reuse (or measure) the fbnet_cifar table, search on the CIFAR-10 subset,
+# sample the argmax architecture, then time it against the table's prediction.
 demo: install
-	$(FBNAS) show-lut lookup_tables/fbnet_cifar.json --space fbnet_cifar
+	@test -f $(LUT) || $(FBNAS) profile --space fbnet_cifar --out $(LUT) --check 50
+	$(FBNAS) train --config configs/demo.yaml --lut $(LUT) --data-dir $(DATA) --out runs/demo --force
+	$(FBNAS) sample runs/demo --hard --name demo --force
+	$(FBNAS) latency runs/demo/arch.json --name demo --lut $(LUT)
+
+# Measure a table on this machine: make profile LUT=lookup_tables/mine.json
+profile: install
+	$(FBNAS) profile --space fbnet_cifar --out $(LUT) --threads 1 --check 50
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
