@@ -68,13 +68,17 @@ def profile(space_name, out, threads, batch, rounds, min_time, check_n, seed, fo
     from fbnas.lut import LUT, profile_space, save_lut
     from fbnas.space import load_space
 
+    if 0 < check_n < 5:
+        raise UsageError("--check needs at least 5 networks (2 of every 5 fit, the rest test)")
     space = load_space(space_name)
     refuse_overwrite(out, force)
     data = profile_space(space, threads=threads, batch=batch, rounds=rounds,
                          min_run_time=min_time, seed=seed, source=str(space_name))
     if check_n:
         from fbnas.fidelity import calibrate_lut
-        report = calibrate_lut(LUT(data), networks=check_n, seed=seed)
+        # 2 of every 5 networks fit the calibration (20 of 50), the rest score it
+        fit = min(20, max(2, check_n * 2 // 5))
+        report = calibrate_lut(LUT(data), networks=check_n, fit=fit, seed=seed)
         click.echo(report.text())
         data["calibration"] = report.calibration()
     save_lut(data, out, force=force)

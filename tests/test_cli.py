@@ -60,3 +60,14 @@ def test_calibrate_stores_calibration_once(tiny_lut_file):
     assert "calibration" in json.loads(tiny_lut_file.read_text())
     r = run("calibrate", tiny_lut_file, "--networks", 5, "--fit", 3)
     assert r.exit_code == 1 and "--force" in r.output
+
+
+def test_profile_check_stores_calibration(tmp_path):
+    out = tmp_path / "tiny.json"
+    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--min-time", 0.002,
+            "--check", 5)
+    assert r.exit_code == 0, r.output
+    cal = json.loads(out.read_text())["calibration"]
+    assert cal["networks_fit"] == 2 and cal["networks_test"] == 3
+    r = run("profile", "--space", "tiny", "--out", tmp_path / "x.json", "--check", 3)
+    assert r.exit_code == 2 and "at least 5" in r.output
