@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -192,13 +193,33 @@ def run_config(config_path, out, resume, force, overrides, download, **keys):
     return cfg
 
 
+def relaunch_with_torchrun(nproc: int) -> int:
+    """Run this same command line under torchrun with ``nproc`` processes; its exit code."""
+    import subprocess
+
+    args, skip = [], False
+    for a in sys.argv[1:]:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            args.append(a)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc_per_node={nproc}", "-m", "fbnas", *args]
+    return subprocess.run(cmd).returncode
+
+
 @main.command(context_settings=CONTEXT)
 @run_options
 @click.option("--space", "space_name", help="Search space name or YAML file (config key space).")
 @click.option("--lut", help="Lookup table JSON (config key lut).")
 @click.option("--mode", type=click.Choice(["soft", "hard"]), help="Supernet forward mode.")
+@click.option("--nproc", type=click.IntRange(min=1),
+              help="Run N processes on this machine with DistributedDataParallel (launches "
+              "torchrun --standalone; data.batch_size is per process).")
 def train(config_path, data_dir, out, epochs, seed, device, threads, overrides, download,
-          resume, force, space_name, lut, mode):
+          resume, force, space_name, lut, mode, nproc):
     """Search: train the Gumbel-softmax supernet with alternating weight/theta optimizers.
 
     Loss: CE * alpha * (log LAT)^beta with LAT the expected latency in microseconds (or
@@ -210,8 +231,12 @@ def train(config_path, data_dir, out, epochs, seed, device, threads, overrides, 
       fbnas train --config configs/tiny.yaml --out runs/tiny
       fbnas train --config configs/fbnet_cifar.yaml --data-dir data/cifar10 --out runs/c10
       fbnas train --out runs/c10 --resume
+      fbnas train --config configs/tiny.yaml --out runs/tiny2 --nproc 2
     """
     from fbnas.search import run_search
+
+    if nproc and "WORLD_SIZE" not in os.environ:
+        sys.exit(relaunch_with_torchrun(nproc))
 
     out = out or Path("runs/search")
     cfg = run_config(config_path, out, resume, force, overrides, download,
@@ -219,7 +244,7 @@ def train(config_path, data_dir, out, epochs, seed, device, threads, overrides, 
                         "search.epochs": epochs, "search.mode": mode, "run.seed": seed,
                         "run.device": device, "run.threads": threads})
     result = run_search(cfg, out, resume=resume, force=force, echo=click.echo)
-    if not result["stopped"]:
+    if not result["stopped"] and result["rank"] == 0:
         click.echo(f"done: {result['epochs_done']} epochs; argmax architecture costs "
                    f"{result['argmax_cost'] / 1000:.3f} ms" if cfg.search.cost == "latency" else
                    f"done: {result['epochs_done']} epochs")
@@ -254,7 +279,7 @@ def retrain(arch, name, config_path, data_dir, out, epochs, seed, device, thread
                         "retrain.epochs": epochs, "run.seed": seed, "run.device": device,
                         "run.threads": threads})
     result = run_retrain(cfg, out, resume=resume, force=force, echo=click.echo)
-    if not result["stopped"] and "test" in result:
+    if not result["stopped"] and "test" in result and result["rank"] == 0:
         click.echo(f"done: {result['epochs_done']} epochs; test top1 "
                    f"{result['test']['top1']:.2f}%")
 

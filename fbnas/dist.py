@@ -51,3 +51,28 @@ def barrier(info: DistInfo) -> None:
 def shutdown(info: DistInfo) -> None:
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def ranks_agree(module: torch.nn.Module, info: DistInfo) -> bool:
+    """Whether every rank holds bit-identical parameters and buffers (a digest per rank)."""
+    if not info.enabled:
+        return True
+    import hashlib
+
+    h = hashlib.sha256()
+    for t in list(module.parameters()) + list(module.buffers()):
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    digests = [None] * info.world_size
+    dist.all_gather_object(digests, h.hexdigest())
+    return len(set(digests)) == 1
+
+
+def sync_buffers(module: torch.nn.Module, info: DistInfo) -> None:
+    """Copy rank 0's buffers (BN running statistics) to every rank.
+
+    DDP broadcasts buffers at the start of each forward, so after an epoch's last step every
+    rank's statistics differ by that one batch; evaluation and checkpoints use rank 0's.
+    """
+    if info.enabled:
+        for b in module.buffers():
+            dist.broadcast(b, 0)

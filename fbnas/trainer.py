@@ -26,7 +26,8 @@ from torch import nn
 
 from fbnas.config import Config, dump, from_dict
 from fbnas.data import BatchLoader, Dataset, load_dataset, make_splits
-from fbnas.dist import DistInfo, all_reduce_sum, barrier, init_from_env
+from fbnas.dist import (DistInfo, all_reduce_sum, barrier, init_from_env, ranks_agree,
+                        shutdown, sync_buffers)
 from fbnas.errors import FbnasError
 from fbnas.io import CHECKPOINT_FORMAT, atomic_write, load_torch
 from fbnas.progress import Progress
@@ -59,7 +60,7 @@ class RunPaths:
         return self.checkpoints / "last.pt"
 
 
-def prepare_run_dir(out: Path, resume: bool, force: bool) -> RunPaths:
+def prepare_run_dir(out: Path, resume: bool, force: bool, clear: bool = True) -> RunPaths:
     """Refuse to mix two runs in one folder unless the user asked to resume or overwrite."""
     paths = RunPaths(Path(out))
     if out.exists() and not out.is_dir():
@@ -72,10 +73,11 @@ def prepare_run_dir(out: Path, resume: bool, force: bool) -> RunPaths:
         if not force:
             raise FbnasError(f"run directory {out} is not empty; pass --resume to continue the "
                              "run in it or --force to start over")
-        for p in (paths.checkpoints, paths.tensorboard):
-            shutil.rmtree(p, ignore_errors=True)
-        for p in (paths.config, paths.log):
-            p.unlink(missing_ok=True)
+        if clear:
+            for p in (paths.checkpoints, paths.tensorboard):
+                shutil.rmtree(p, ignore_errors=True)
+            for p in (paths.config, paths.log):
+                p.unlink(missing_ok=True)
     return paths
 
 
@@ -245,17 +247,21 @@ class Trainer:
         common = dict(mean=data.mean, std=data.std, rank=info.rank, world_size=info.world_size,
                       device=self.device)
         self.make_train_loaders(data, self.splits, **common)
-        self.val_loader = None
-        if len(self.splits["val"]):
-            self.val_loader = BatchLoader(data.train_images, data.train_labels, self.splits["val"],
-                                          cfg.data.eval_batch_size, train=False, seed=0,
-                                          drop_last=False, **common)
+        self.val_loader = self._eval_batches(data.train_images, data.train_labels,
+                                             self.splits["val"], common)
         self.test_loader = None
         if data.has_test:
-            self.test_loader = BatchLoader(data.test_images, data.test_labels,
-                                           torch.arange(data.test_images.shape[0]),
-                                           cfg.data.eval_batch_size, train=False, seed=0,
-                                           drop_last=False, **common)
+            self.test_loader = self._eval_batches(data.test_images, data.test_labels,
+                                                  torch.arange(data.test_images.shape[0]), common)
+
+    def _eval_batches(self, images, labels, indices, common) -> BatchLoader | None:
+        """Each rank scores a disjoint share, unpadded, so summed counts cover every image once."""
+        share = indices[self.info.rank::self.info.world_size]
+        if not len(share):
+            return None
+        opts = {**common, "rank": 0, "world_size": 1}
+        return BatchLoader(images, labels, share, self.cfg.data.eval_batch_size, train=False,
+                           seed=0, drop_last=False, **opts)
 
     def train_batches(self, data: Dataset, indices: torch.Tensor, seed: int, **common
                       ) -> BatchLoader:
@@ -412,6 +418,12 @@ class Trainer:
                 record.update({f"{p}_loss": loss / n, f"{p}_ce": ce / n})
                 if p == "theta":
                     record["theta_cost_sampled"] = cost / n
+        if self.info.enabled:
+            sync_buffers(self.net, self.info)
+            if not ranks_agree(self.net, self.info):
+                raise FbnasError(f"after epoch {epoch + 1} the processes hold different weights "
+                                 "or theta; this is a bug, please report it with your config")
+            record["ranks_identical"] = True
         if self.val_loader is not None:
             ev = self.evaluate(self.val_loader)
             record.update({f"val_{k}": v for k, v in ev.items() if k != "images"})
@@ -511,18 +523,26 @@ def launch(trainer_cls: type[Trainer], cfg: Config, out: str | Path, resume: boo
            stop_after: int | None, echo: Callable[[str], None]) -> dict:
     """Prepare the run directory, the process group and the device, then run ``trainer_cls``."""
     out = Path(out)
-    paths = prepare_run_dir(out, resume, force)
-    ckpt = load_checkpoint(paths.last, trainer_cls.kind) if resume else None
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     info = init_from_env("cuda" if cfg.run.device == "cuda" or
                          (cfg.run.device == "auto" and torch.cuda.is_available()) else "cpu")
-    device = pick_device(cfg.run.device, info)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    out.mkdir(parents=True, exist_ok=True)
-    trainer = trainer_cls(cfg, paths, info, device, echo, ckpt)
-    return trainer.run(stop_after=stop_after)
+    try:
+        # every rank checks the folder; only rank 0 clears or creates it
+        paths = prepare_run_dir(out, resume, force, clear=info.is_main)
+        if info.is_main:
+            out.mkdir(parents=True, exist_ok=True)
+        barrier(info)
+        ckpt = load_checkpoint(paths.last, trainer_cls.kind) if resume else None
+        device = pick_device(cfg.run.device, info)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        trainer = trainer_cls(cfg, paths, info, device, echo, ckpt)
+        result = trainer.run(stop_after=stop_after)
+        result["rank"] = info.rank
+        return result
+    finally:
+        shutdown(info)
 
 
 def resume_config(out: str | Path) -> dict:
