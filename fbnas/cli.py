@@ -302,7 +302,7 @@ def sample(source, hard, num, seed, name, out, lut_path, force):
     """Sample architectures from a search's theta into an architecture file (JSON).
 
     RUN_DIR_OR_CHECKPOINT is a run folder of fbnas train (its checkpoints/last.pt is
-    used) or a checkpoint file such as RUN_DIR/checkpoints/best.pt. The file holds many
+    used) or a checkpoint file such as a copy of RUN_DIR/checkpoints/last.pt kept from an earlier epoch. The file holds many
     named architectures; each records its model definition, predicted latency, FLOPs,
     params, theta probabilities and the hashes of its checkpoint, lookup table and space.
 
@@ -413,7 +413,7 @@ def export(arch_path, name, weights, random_weights, fmt, out, seed, force):
 
     \b
     Example:
-      fbnas export runs/search/arch.json --weights runs/retrain/checkpoints/best.pt \\
+      fbnas export runs/search/arch.json --weights runs/retrain/checkpoints/last.pt \\
           --format pt2 --out model.pt2
     """
     import torch
