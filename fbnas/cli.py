@@ -302,8 +302,8 @@ def sample(source, hard, num, seed, name, out, lut_path, force):
     """Sample architectures from a search's theta into an architecture file (JSON).
 
     RUN_DIR_OR_CHECKPOINT is a run folder of fbnas train (its checkpoints/last.pt is
-    used) or a checkpoint file such as a copy of RUN_DIR/checkpoints/last.pt kept from an earlier epoch. The file holds many
-    named architectures; each records its model definition, predicted latency, FLOPs,
+    used) or a search checkpoint file (for example a copy of last.pt kept from an earlier
+    epoch). The file holds many named architectures; each records its model definition, predicted latency, FLOPs,
     params, theta probabilities and the hashes of its checkpoint, lookup table and space.
 
     \b
