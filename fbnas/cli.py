@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -20,7 +21,14 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except FbnasError as e:
-            click.echo(f"error: {e}", err=True)
+            from fbnas.dist import env_rank
+
+            rank = env_rank()
+            # under torchrun an error every rank raised alike is printed once, by rank 0
+            if rank == 0:
+                click.echo(f"error: {e}", err=True)
+            elif not getattr(e, "on_every_rank", False):
+                click.echo(f"error (process {rank}): {e}", err=True)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
@@ -153,25 +161,35 @@ def show_lut(lut_path, space_name):
 @click.option("--mode", type=click.Choice(["soft", "hard"]), help="Supernet forward mode.")
 @click.option("--seed", type=int, help="Seed for splits, init, data order and Gumbel noise.")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), help="Where to train.")
-@click.option("--threads", type=click.IntRange(min=1), help="torch intra-op threads.")
+@click.option("--threads", type=click.IntRange(min=1), help="torch intra-op threads (per process).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override any config key, e.g. --set optim.weights.lr=0.05 (repeatable).")
 @click.option("--download", is_flag=True, help="Download CIFAR-10 into --data-dir if missing.")
 @click.option("--resume", is_flag=True, help="Continue the run in --out where it stopped.")
 @click.option("--force", is_flag=True, help="Start over in a non-empty --out.")
-def train(config_path, space_name, lut, data_dir, out, epochs, mode, seed, device, threads,
-          overrides, download, resume, force):
+@click.option("--nproc", type=click.IntRange(min=1), default=None,
+              help="Search with N data-parallel processes on this machine (launches torchrun; "
+                   "data.batch_size is per process).")
+@click.pass_context
+def train(ctx, config_path, space_name, lut, data_dir, out, epochs, mode, seed, device, threads,
+          overrides, download, resume, force, nproc):
     """Search: train the Gumbel-softmax supernet with alternating weight/theta optimizers.
 
     Loss: CE * alpha * (log LAT)^beta with LAT the expected latency in microseconds (or
     loss.form=target with loss.target_ms). Options given here override the config file;
     --set overrides both.
 
+    Distributed: --nproc N runs N processes here; for several machines start
+    `torchrun --nnodes M --nproc_per_node N ... -m fbnas train ...` on each. Every process
+    trains on its own data.batch_size images per step (N x batch_size in all).
+
     \b
     Examples:
       fbnas train --config configs/tiny.yaml --out runs/tiny
       fbnas train --config configs/fbnet_cifar.yaml --data-dir data/cifar10 --out runs/c10
       fbnas train --out runs/c10 --resume
+      fbnas train --config configs/fbnet_cifar.yaml --out runs/c10 --nproc 4
+      torchrun --nproc_per_node 4 -m fbnas train --config configs/fbnet_cifar.yaml --out runs/c10
     """
     from fbnas.config import load_config
     from fbnas.search import resume_config, run_search
@@ -188,16 +206,40 @@ def train(config_path, space_name, lut, data_dir, out, epochs, mode, seed, devic
     if download:
         sets.insert(0, "data.download=true")
     cfg = load_config(config_path, sets, base=base)
-    if cfg.data.download:
-        from fbnas.data import download_cifar10
-
-        download_cifar10(cfg.data.dir)
+    if nproc is not None and nproc > 1:
+        _launch_train(ctx, nproc, cfg, resume, force, out)
+        return
     result = run_search(cfg, out, resume=resume, force=force, echo=click.echo)
-    if not result["stopped"]:
+    if result["main"] and not result["stopped"]:
         click.echo(f"done: {result['epochs_done']} epochs; argmax architecture costs "
                    f"{result['argmax_cost'] / 1000:.3f} ms" if cfg.search.cost == "latency" else
                    f"done: {result['epochs_done']} epochs")
         click.echo(f"next: fbnas sample {out} --hard")
+
+
+def _launch_train(ctx: click.Context, nproc: int, cfg, resume: bool, force: bool,
+                  out: Path) -> None:
+    """Re-run this command (minus --nproc) in nproc torchrun processes on this machine."""
+    from fbnas.dist import launch
+    from fbnas.search import check_run_dir
+
+    if "WORLD_SIZE" in os.environ:
+        raise UsageError("--nproc starts torchrun itself; inside torchrun leave it out")
+    check_run_dir(out, resume, force)  # report a bad --out once, before starting processes
+    args = ["train"]
+    for param in ctx.command.params:
+        value = ctx.params[param.name]
+        if param.name == "nproc" or value is None or value is False or value == ():
+            continue
+        flag = max(param.opts, key=len)
+        if getattr(param, "is_flag", False):
+            args.append(flag)
+        elif getattr(param, "multiple", False):
+            for v in value:
+                args += [flag, str(v)]
+        else:
+            args += [flag, str(value)]
+    sys.exit(launch(nproc, args, cfg.run.threads))
 
 
 if __name__ == "__main__":

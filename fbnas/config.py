@@ -55,7 +55,9 @@ class SearchConfig:
     cost: str = _choices("latency", "flops", "params", default="latency")
     eval_mode: str = _choices("argmax", "softmax", default="argmax")
     temperature: TemperatureConfig = field(default_factory=TemperatureConfig)
-    supernet: str = _choices("loop", default="loop")
+    # loop: every candidate in turn (the reference); fast: channels_last and fused mixed ops,
+    # the same math and checkpoints, quicker soft steps (see fbnas/fused.py)
+    supernet: str = _choices("loop", "fast", default="fast")
 
 
 @dataclass

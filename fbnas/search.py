@@ -12,10 +12,11 @@ and RNG state.
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import signal
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -25,7 +26,8 @@ import torch.nn.functional as F
 
 from fbnas.config import Config, dump, from_dict
 from fbnas.data import BatchLoader, load_dataset, make_splits
-from fbnas.dist import DistInfo, all_reduce_sum, barrier, init_from_env
+from fbnas.dist import (DistInfo, all_reduce_sum, barrier, init_from_env, peer_failed, run_on_main,
+                        shutdown, sync_buffers)
 from fbnas.errors import FbnasError
 from fbnas.io import atomic_write, file_hash
 from fbnas.loss import paper_loss, target_loss
@@ -35,6 +37,10 @@ from fbnas.space import load_space
 from fbnas.supernet import Supernet
 
 CHECKPOINT_FORMAT = "fbnas.checkpoint/1"
+# When set (to anything but "" or "0"), every rank saves its final weights, buffers and theta
+# as rank<r>.pt in the run directory, so that a test or a user can check that the ranks of a
+# distributed run ended identical.
+RANK_STATE_ENV = "FBNAS_SAVE_RANK_STATE"
 
 
 @dataclass(frozen=True)
@@ -62,19 +68,25 @@ class RunPaths:
         return self.checkpoints / "last.pt"
 
 
-def prepare_run_dir(out: Path, resume: bool, force: bool) -> RunPaths:
+def check_run_dir(out: Path, resume: bool, force: bool) -> RunPaths:
     """Refuse to mix two runs in one folder unless the user asked to resume or overwrite."""
-    paths = RunPaths(Path(out))
+    out = Path(out)
+    paths = RunPaths(out)
     if out.exists() and not out.is_dir():
         raise FbnasError(f"run directory {out} is a file; pick another --out")
     if resume:
         if not paths.last.is_file():
             raise FbnasError(f"nothing to resume: {paths.last} does not exist")
-        return paths
-    if out.is_dir() and any(out.iterdir()):
-        if not force:
-            raise FbnasError(f"run directory {out} is not empty; pass --resume to continue the "
-                             "run in it or --force to start over")
+    elif out.is_dir() and any(out.iterdir()) and not force:
+        raise FbnasError(f"run directory {out} is not empty; pass --resume to continue the "
+                         "run in it or --force to start over")
+    return paths
+
+
+def prepare_run_dir(out: Path, resume: bool, force: bool) -> RunPaths:
+    """:func:`check_run_dir`, then clear the previous run's files when starting over."""
+    paths = check_run_dir(out, resume, force)
+    if not resume and out.is_dir() and any(out.iterdir()):
         for p in (paths.checkpoints, paths.tensorboard):
             shutil.rmtree(p, ignore_errors=True)
         for p in (paths.config, paths.log):
@@ -140,6 +152,16 @@ def format_cost(value: float, metric: str) -> str:
     return f"{value / 1e6:.3f} M params"
 
 
+def load_space_and_lut(cfg: Config):
+    """The search space and its validated lookup table."""
+    space = load_space(cfg.space)
+    lut_path = Path(cfg.lut)
+    if not lut_path.is_file():
+        raise FbnasError(f"lookup table {lut_path} does not exist; create it with: "
+                         f"fbnas profile --space {cfg.space} --out {lut_path}")
+    return space, load_lut(lut_path, space)
+
+
 class Search:
     """One search run; build with :func:`run_search`."""
 
@@ -148,12 +170,8 @@ class Search:
         self.cfg, self.paths, self.info, self.device = cfg, paths, info, device
         self.log = Logger(paths.log if info.is_main else None, echo if info.is_main else
                           (lambda m: None))
-        space = load_space(cfg.space)
+        space, self.lut = load_space_and_lut(cfg)
         lut_path = Path(cfg.lut)
-        if not lut_path.is_file():
-            raise FbnasError(f"lookup table {lut_path} does not exist; create it with: "
-                             f"fbnas profile --space {cfg.space} --out {lut_path}")
-        self.lut = load_lut(lut_path, space)
         self.lut_hash = file_hash(lut_path)
         self.space = space
         if ckpt is not None:
@@ -174,6 +192,7 @@ class Search:
             n = min(n, cfg.data.limit)
         splits = make_splits(n, cfg.run.seed, cfg.data.theta_fraction, cfg.data.val_fraction)
         self.splits = splits
+        self.mean_std = (data.mean, data.std)
         common = dict(mean=data.mean, std=data.std, rank=info.rank, world_size=info.world_size,
                       device=device)
         aug = dict(padding=4 if cfg.data.augment else 0, flip=cfg.data.augment)
@@ -187,29 +206,33 @@ class Search:
             if len(loader) == 0:
                 raise FbnasError(f"the {name} split has fewer images than one batch per process "
                                  f"({bs}); lower data.batch_size or use more data")
-        self.val_loader = None
-        if len(splits["val"]):
-            self.val_loader = BatchLoader(imgs, labels, splits["val"], cfg.data.eval_batch_size,
-                                          train=False, seed=0, drop_last=False, **common)
+        # Evaluation shards are strided slices, not the padded shards of training: a padded
+        # shard would count some images twice. Shards may differ in length (evaluation has
+        # no collective until the final sums) and may be empty on some ranks.
+        self.has_val = len(splits["val"]) > 0
+        self.val_loader = self._eval_loader(imgs, labels, splits["val"])
+        self.has_test = data.has_test
         self.test_loader = None
         if data.has_test:
-            self.test_loader = BatchLoader(data.test_images, data.test_labels,
-                                           torch.arange(data.test_images.shape[0]),
-                                           cfg.data.eval_batch_size, train=False, seed=0,
-                                           drop_last=False, **common)
+            self.test_loader = self._eval_loader(data.test_images, data.test_labels,
+                                                 torch.arange(data.test_images.shape[0]))
         self.classes = len(data.classes)
         if self.classes != space.num_classes:
             raise FbnasError(f"the data has {self.classes} classes but space {space.name}'s head "
                              f"has {space.num_classes}")
 
         torch.manual_seed(cfg.run.seed)
-        self.net = Supernet(space, self.lut, cfg.search.cost).to(device)
+        self.net = Supernet(space, self.lut, cfg.search.cost, impl=cfg.search.supernet).to(device)
         self.model = self.net
         if info.enabled:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
+            # theta is a parameter of the wrapped module, so its gradients are averaged like
+            # the weights'; hard mode leaves the unchosen candidates without gradients. BN
+            # buffers are averaged at epoch ends instead of broadcast from rank 0 every step.
             self.model = DDP(self.net, device_ids=[device.index] if device.type == "cuda" else None,
-                             find_unused_parameters=cfg.search.mode == "hard")
+                             find_unused_parameters=cfg.search.mode == "hard",
+                             forward_sync_buffers=False)
         ow, ot = cfg.optim.weights, cfg.optim.theta
         self.opt_w = torch.optim.SGD(self.net.weight_parameters(), lr=ow.lr, momentum=ow.momentum,
                                      weight_decay=ow.weight_decay, nesterov=ow.nesterov)
@@ -236,6 +259,14 @@ class Search:
             self._restore(ckpt)
         self.stop_requested = False
         self.writer = None
+
+    def _eval_loader(self, images, labels, indices) -> BatchLoader | None:
+        part = indices[self.info.rank::self.info.world_size]
+        if len(part) == 0:
+            return None
+        return BatchLoader(images, labels, part, self.cfg.data.eval_batch_size, train=False,
+                           seed=0, drop_last=False, mean=self.mean_std[0], std=self.mean_std[1],
+                           device=self.device)
 
     # -- checkpoints -------------------------------------------------------------------------
     def state(self) -> dict:
@@ -326,37 +357,67 @@ class Search:
             if micro[phase] % k == 0:
                 self.model.zero_grad(set_to_none=True)
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            logits, cost = self.model(x, tau=tau, mode=cfg.search.mode,
-                                      per_sample=cfg.search.per_sample)
-            ce = F.cross_entropy(logits, y, reduction="none" if cost.dim() else "mean")
-            loss, _ = self.loss(ce, cost)
-            loss = loss.mean()
-            if not torch.isfinite(loss):
-                raise FbnasError(
-                    f"the loss became {float(loss)} at epoch {epoch + 1}, step {item + 1} "
-                    f"({phase} phase); the last good checkpoint {self.paths.last} is intact. "
-                    "Lower optim.weights.lr or optim.theta.lr and resume")
-            (loss / k).backward()
+            last_micro = (micro[phase] + 1) % k == 0
+            # DDP averages gradients in backward; accumulate micro-batches locally and
+            # average once, in the backward of the last micro-batch of each step
+            sync = nullcontext() if last_micro or not self.info.enabled else self.model.no_sync()
+            with sync:
+                logits, cost = self.model(x, tau=tau, mode=cfg.search.mode,
+                                          per_sample=cfg.search.per_sample)
+                ce = F.cross_entropy(logits, y, reduction="none" if cost.dim() else "mean")
+                loss, _ = self.loss(ce, cost)
+                loss = loss.mean()
+                values = self._step_values(loss, ce, cost)
+                if values is None:
+                    raise self._diverged(epoch, item, phase)
+                (loss / k).backward()
             micro[phase] += 1
-            if micro[phase] % k == 0:
+            if last_micro:
                 opt.step()
                 if phase == "weights":
                     self.sched_w.step()
                 self.global_step += 1
             s = sums[phase]
-            s[0] += float(loss.detach())
-            s[1] += float(ce.mean())
-            s[2] += float(cost.mean())
+            for i, v in enumerate(values):
+                s[i] += v
             s[3] += 1
             self.position = item + 1
             progress.update()
             if self.writer is not None and self.global_step % cfg.run.log_every == 0 \
                     and micro[phase] % k == 0:
-                self._log_step(phase, float(loss), float(ce.mean()), float(cost.mean()), tau)
+                self._log_step(phase, *values, tau)
             if self.stop_requested and micro["weights"] % k == 0 and micro["theta"] % k == 0:
                 break
         progress.close()
         return sums
+
+    def _diverged(self, epoch: int, item: int, phase: str) -> FbnasError:
+        where = f"at epoch {epoch + 1}, step {item + 1} ({phase} phase)"
+        if self.info.enabled:
+            where += " on at least one process"
+        fix = "Lower optim.weights.lr or optim.theta.lr and "
+        fix += (f"resume; the last good checkpoint {self.paths.last} is intact"
+                if self.paths.last.is_file() else "start again")
+        err = FbnasError(f"the loss is not finite {where}. {fix}")
+        err.on_every_rank = True  # every rank sees the same all-reduced flag
+        return err
+
+    def _step_values(self, loss: torch.Tensor, ce: torch.Tensor,
+                     cost: torch.Tensor) -> list[float] | None:
+        """(loss, CE, cost) of this step averaged over ranks, or None if any rank's is not finite.
+
+        One small all-reduce per step; every rank then takes the same decision, so a NaN on one
+        rank stops all of them together instead of leaving the others waiting in backward.
+        """
+        vals = [float(loss.detach()), float(ce.detach().mean()), float(cost.detach().mean())]
+        bad = not all(math.isfinite(v) for v in vals)
+        if not self.info.enabled:
+            return None if bad else vals
+        total = all_reduce_sum([0.0 if bad else v for v in vals] + [float(bad)], self.info,
+                               self.device)
+        if total[3]:
+            return None
+        return [v / self.info.world_size for v in total[:3]]
 
     def loss(self, ce: torch.Tensor, cost: torch.Tensor):
         lo = self.cfg.loss
@@ -365,12 +426,16 @@ class Search:
         return paper_loss(ce, cost, lo.alpha, lo.beta)
 
     @torch.no_grad()
-    def evaluate(self, loader: BatchLoader) -> dict:
-        """Deterministic accuracy (argmax or softmax of theta, no Gumbel noise)."""
+    def evaluate(self, loader: BatchLoader | None) -> dict:
+        """Deterministic accuracy (argmax or softmax of theta, no Gumbel noise), over all ranks.
+
+        Each rank evaluates its shard with the unwrapped network (no collectives inside, so
+        shards may differ in length or be empty); the counts are then summed over ranks.
+        """
         self.net.eval()
         top_k = min(5, self.classes)
         correct1 = correct5 = ce_sum = count = 0.0
-        for x, y in loader:
+        for x, y in loader if loader is not None else ():
             x, y = x.to(self.device), y.to(self.device)
             logits, _ = self.net(x, mode=self.cfg.search.eval_mode)
             ce_sum += float(F.cross_entropy(logits, y, reduction="sum"))
@@ -415,19 +480,31 @@ class Search:
 
     # -- the run -----------------------------------------------------------------------------
     def run(self, stop_after: int | None = None) -> dict:
-        cfg = self.cfg
+        """Train until the last epoch (or ``stop_after`` epochs, or Ctrl-C); return a summary."""
         if self.info.is_main:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(str(self.paths.tensorboard))
-            atomic_write(self.paths.config, lambda p: p.write_text(dump(cfg)))
+            atomic_write(self.paths.config, lambda p: p.write_text(dump(self.cfg)))
+        try:
+            result = self._run(stop_after)
+        finally:
+            if self.writer is not None:
+                self.writer.close()
+        self._save_rank_state()
+        return result
+
+    def _run(self, stop_after: int | None) -> dict:
+        cfg = self.cfg
         metric = cfg.search.cost
         if self.epoch == 0 and self.position == 0:
             self.log(f"search {self.space.name}: {len(self.net.layers)} layers, mode "
                      f"{cfg.search.mode}, {cfg.search.epochs} epochs ({cfg.warmup_epochs} weights-"
                      f"only), splits weights/theta/val = {len(self.splits['weights'])}/"
                      f"{len(self.splits['theta'])}/{len(self.splits['val'])} images, "
-                     f"{self.info.world_size} process(es) on {self.device}")
+                     f"{self.info.world_size} process(es) on {self.device}, batch "
+                     f"{cfg.data.batch_size} per process ({cfg.data.batch_size * self.info.world_size}"
+                     f" per step), supernet {cfg.search.supernet}")
         else:
             self.log(f"resuming at epoch {self.epoch + 1}"
                      + (f", item {self.position}" if self.position else ""))
@@ -460,20 +537,24 @@ class Search:
                                  "continue with --resume")
                     return self.summary(stopped=self.epoch < cfg.search.epochs)
         result = self.summary(stopped=False)
-        if self.test_loader is not None:
+        if self.has_test:
             test = self.evaluate(self.test_loader)
             result["test"] = test
             self.log(f"test set (reporting only, never used for choices): top1 "
                      f"{test['top1']:.2f}% on {test['images']} images")
-        if self.writer is not None:
-            self.writer.close()
         return result
+
+    def _save_rank_state(self) -> None:
+        if os.environ.get(RANK_STATE_ENV, "") in ("", "0"):
+            return
+        state = {"rank": self.info.rank, "world_size": self.info.world_size,
+                 "model": self.net.state_dict(), "theta": self.net.theta_state()}
+        save_checkpoint(state, self.paths.root / f"rank{self.info.rank}.pt")
 
     def _epoch_record(self, epoch: int, sums: dict, seconds: float) -> dict:
         world = self.info.world_size
         w, t = sums["weights"], sums["theta"]
-        vals = all_reduce_sum([w[0], w[1], w[2], w[3], t[0], t[1], t[2], t[3]], self.info,
-                              self.device)
+        vals = w + t  # per-step values are already averages over ranks
         record = {"epoch": epoch + 1, "temperature": temperature(self.cfg, epoch),
                   "seconds": seconds, "processes": world}
         if vals[3]:
@@ -481,7 +562,8 @@ class Search:
         if vals[7]:
             record.update(theta_loss=vals[4] / vals[7], theta_ce=vals[5] / vals[7],
                           theta_cost_sampled=vals[6] / vals[7])
-        if self.val_loader is not None:
+        sync_buffers(self.net, self.info)
+        if self.has_val:
             ev = self.evaluate(self.val_loader)
             record.update({f"val_{k}": v for k, v in ev.items() if k != "images"})
         record["cost_argmax"] = self.net.cost_of(self.net.argmax_ops())
@@ -538,22 +620,47 @@ def _main_thread() -> bool:
 
 def run_search(cfg: Config, out: str | Path, resume: bool = False, force: bool = False,
                stop_after: int | None = None, echo: Callable[[str], None] = print) -> dict:
-    """Run (or resume) a search into run directory ``out``; return a summary."""
+    """Run (or resume) a search into run directory ``out``; return a summary.
+
+    Under torchrun (WORLD_SIZE > 1) every process calls this: rank 0 alone checks and clears
+    the run directory, logs and writes; all ranks load the checkpoint to resume from.
+    """
     out = Path(out)
-    paths = prepare_run_dir(out, resume, force)
-    ckpt = load_checkpoint(paths.last) if resume else None
-    if ckpt is not None and ckpt.get("kind") != "search":
-        raise FbnasError(f"{paths.last} is not a search checkpoint")
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     info = init_from_env("cuda" if cfg.run.device == "cuda" or
                          (cfg.run.device == "auto" and torch.cuda.is_available()) else "cpu")
-    device = pick_device(cfg.run.device, info)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    out.mkdir(parents=True, exist_ok=True)
-    search = Search(cfg, paths, info, device, echo, ckpt)
-    return search.run(stop_after=stop_after)
+    try:
+        device = pick_device(cfg.run.device, info)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        collective_device = device if device.type == "cuda" else torch.device("cpu")
+
+        def prepare() -> RunPaths:
+            paths = prepare_run_dir(out, resume, force)
+            out.mkdir(parents=True, exist_ok=True)
+            return paths
+
+        paths = run_on_main(prepare, info, collective_device) or RunPaths(out)
+        run_on_main(lambda: load_space_and_lut(cfg), info, collective_device)  # report once
+        if cfg.data.download:
+            from fbnas.data import download_cifar10
+
+            run_on_main(lambda: download_cifar10(cfg.data.dir), info, collective_device)
+        ckpt = load_checkpoint(paths.last) if resume else None
+        if ckpt is not None and ckpt.get("kind") != "search":
+            raise FbnasError(f"{paths.last} is not a search checkpoint")
+        search = Search(cfg, paths, info, device, echo, ckpt)
+        result = search.run(stop_after=stop_after)
+        result["main"] = info.is_main
+        return result
+    except RuntimeError as e:
+        if info.enabled and peer_failed(e):
+            raise FbnasError(f"process {info.rank} stops: another process of this run failed "
+                             "(its message is above)") from None
+        raise
+    finally:
+        shutdown(info)
 
 
 def resume_config(out: str | Path) -> dict:
