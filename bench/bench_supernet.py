@@ -1,16 +1,24 @@
-"""Speed of one supernet training step: the per-candidate loop against the fused fast path.
+"""Speed of one supernet training step: the per-candidate loop against the fast supernet.
 
-Times a full step (forward, paper loss, backward, SGD step) of ``search.supernet: loop`` in
-the default memory format and of ``search.supernet: fast`` in one process, interleaved
-round by round (alternating which goes first) so that load from other processes hits both
-alike; reports medians after warm-up, images/s, the loop/fast ratio, and the step time of
-``hard`` mode (one op per layer) for comparison. Peak memory is the peak resident set size
-(ru_maxrss) of a fresh child process that builds the supernet and runs warm-up + one step of
-one variant: it includes the interpreter and torch (reported as the ``baseline`` row, a child
-that only builds the supernet), so compare the differences.
+Times a full step (forward, paper loss, backward, SGD step) on one fixed random batch for
+each variant, all in one process and interleaved round by round (alternating the order) so
+that load from other processes hits every variant alike; reports medians after warm-up,
+images/s and the ratios. Variants:
+
+  loop       search.supernet: loop, soft mode, default (NCHW) memory format: the reference
+  fast       search.supernet: fast, soft mode
+  loop-cl    the loop converted to channels_last: how much of the gain is the memory format
+  hard       the loop in hard mode (one sampled op per layer)
+  hard-fast  the fast supernet in hard mode (it runs the loop in channels_last)
+
+Peak memory is the peak resident set size of a fresh child process that builds the supernet
+and runs two steps of one variant at 1 thread (VmHWM from /proc/self/status on Linux; else
+ru_maxrss, which after fork + exec may also count the parent's pages). It includes the
+interpreter, torch and the supernet's weights (the ``baseline`` row: a child that only
+builds it), so compare differences.
 
 Example:
-    python -m bench.bench_supernet --threads 1 2 --steps 5
+    python -m bench.bench_supernet --threads 1 2 --steps 3
 """
 
 from __future__ import annotations
@@ -31,22 +39,29 @@ from fbnas.lut import LUT, load_lut, profile_space
 from fbnas.space import load_space
 from fbnas.supernet import Supernet
 
-VARIANTS = ("loop", "fast", "hard")
+VARIANTS = ("loop", "fast", "loop-cl", "hard", "hard-fast")
+LABELS = {"loop": "soft, loop (NCHW)", "fast": "soft, fast", "loop-cl": "soft, loop (CL)",
+          "hard": "hard, loop (NCHW)", "hard-fast": "hard, fast"}
 
 
 def build(space, lut: LUT, variant: str) -> Supernet:
-    """A supernet with seed-0 weights; ``hard`` is the loop implementation run in hard mode."""
+    """A supernet with seed-0 weights for ``variant``."""
     torch.manual_seed(0)
-    return Supernet(space, lut, "latency", impl="fast" if variant == "fast" else "loop")
+    net = Supernet(space, lut, "latency", impl="fast" if "fast" in variant else "loop")
+    if variant == "loop-cl":
+        net = net.to(memory_format=torch.channels_last)
+    return net
 
 
 def make_step(net: Supernet, variant: str, batch: int, resolution: int):
     """A closure running one training step of ``net`` on a fixed random batch."""
     g = torch.Generator().manual_seed(1)
     x = torch.randn(batch, 3, resolution, resolution, generator=g)
+    if variant == "loop-cl":
+        x = x.contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, net.head.fc.out_features, (batch,), generator=g)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    mode = "hard" if variant == "hard" else "soft"
+    mode = "hard" if variant.startswith("hard") else "soft"
     net.train()
 
     def step() -> None:
@@ -103,7 +118,19 @@ def memory_child(args) -> None:
         step = make_step(net, variant, args.batch, space.resolution)
         step()
         step()
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    print(peak_rss_self_mb())
+
+
+def peak_rss_self_mb() -> float:
+    """Peak resident set size of this process in MB."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main() -> None:
@@ -113,7 +140,8 @@ def main() -> None:
     ap.add_argument("--lut", help="lookup table of the space (default: profile a rough one)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--steps", type=int, default=5, help="timed steps per variant")
+    ap.add_argument("--steps", type=int, default=3, help="timed steps per variant")
+    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     ap.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory children")
     ap.add_argument("--memory-of", choices=VARIANTS + ("baseline",), help=argparse.SUPPRESS)
@@ -128,28 +156,31 @@ def main() -> None:
     print(f"space {args.space}, batch {args.batch}, torch {torch.__version__}, "
           f"{os.cpu_count()} CPUs, load average at start {load_start[0]:.2f} "
           f"{load_start[1]:.2f} {load_start[2]:.2f}")
+    variants = [v for v in VARIANTS if v in args.variants]
     for threads in args.threads:
         torch.set_num_threads(threads)
         steps = {v: make_step(build(space, lut, v), v, args.batch, space.resolution)
-                 for v in VARIANTS}
+                 for v in variants}
         times = time_steps(steps, args.steps, args.warmup)
         med = {v: statistics.median(t) for v, t in times.items()}
         load = os.getloadavg()[0]
         print(f"\n{threads} thread(s), {args.steps} timed steps each after {args.warmup} "
               f"warm-up round(s), 1-min load average now {load:.2f}")
         print(f"{'variant':<22}{'median s/step':>14}{'min':>8}{'max':>8}{'images/s':>10}")
-        labels = {"loop": "soft, loop (NCHW)", "fast": "soft, fast", "hard": "hard, loop (NCHW)"}
-        for v in VARIANTS:
+        for v in variants:
             t = times[v]
-            print(f"{labels[v]:<22}{med[v]:>14.3f}{min(t):>8.3f}{max(t):>8.3f}"
+            print(f"{LABELS[v]:<22}{med[v]:>14.3f}{min(t):>8.3f}{max(t):>8.3f}"
                   f"{args.batch / med[v]:>10.1f}")
-        print(f"speed-up of fast over loop: {med['loop'] / med['fast']:.2f}x; soft/hard step "
-              f"time: {med['loop'] / med['hard']:.1f}x (loop), {med['fast'] / med['hard']:.1f}x "
-              f"(fast)")
+        for a, b, what in (("loop", "fast", "speed-up of fast over loop"),
+                           ("loop", "loop-cl", "speed-up of channels_last alone"),
+                           ("loop", "hard", "soft/hard step time (loop)"),
+                           ("fast", "hard-fast", "soft/hard step time (fast)")):
+            if a in med and b in med:
+                print(f"{what}: {med[a] / med[b]:.2f}x")
     if not args.no_memory:
         print("\npeak RSS of a child process running 2 steps at 1 thread (MB):")
-        for v in ("baseline",) + VARIANTS:
-            print(f"  {v:<9}{peak_rss_mb(args, v):>9.0f}")
+        for v in ["baseline"] + variants:
+            print(f"  {LABELS.get(v, v):<22}{peak_rss_mb(args, v):>9.0f}")
     end = os.getloadavg()
     print(f"\nload average at end {end[0]:.2f} {end[1]:.2f} {end[2]:.2f}")
 

@@ -156,7 +156,7 @@ def launch(nproc: int, fbnas_args: list[str], threads: int | None = None) -> int
                        "-m", "fbnas", *fbnas_args])
     config, cmd, cmd_args = config_from_args(args)
     for name in list(logging.root.manager.loggerDict):
-        if name.startswith("torch.distributed.elastic") or name.startswith("torch.distributed.launcher"):
+        if name.startswith(("torch.distributed.elastic", "torch.distributed.launcher")):
             logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         elastic_launch(config, cmd)(*cmd_args)

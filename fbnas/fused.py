@@ -3,9 +3,9 @@
 On a CPU the soft supernet step is bound by memory traffic, not arithmetic: each candidate
 writes and re-reads its expanded feature maps several times (conv, BN statistics, BN, ReLU,
 and as many passes again backwards), and the weighted sum adds a residual, a scaling and an
-addition pass per candidate. :func:`fused_forward` computes exactly the function of the
-per-candidate loop in :class:`fbnas.supernet.MixedOp`, with the same parameters and buffers,
-while skipping passes:
+addition pass per candidate. :func:`fused_forward` computes the function of the
+per-candidate loop in :class:`fbnas.supernet.MixedOp`, with the same parameters and buffers
+(equal up to float rounding), while skipping passes:
 
 - A BN after a 1x1 conv of the layer input x (every candidate's expansion, a projecting
   ``skip``) is folded into the conv. Its batch statistics are linear in x's: mean W mu and
@@ -18,8 +18,12 @@ while skipping passes:
 - The identity residuals and an identity ``skip`` are one ``(sum of their w_i) * x`` term.
 
 Candidates still run one after another, so each one's feature maps are as small (and as
-cache-friendly) as in the loop. Tensors are expected in channels_last format, where the
-depthwise convs and BNs are markedly faster on CPUs.
+cache-friendly) as in the loop; concatenating candidates into wide tensors measured slower.
+Tensors are expected in channels_last format, where the depthwise convs are markedly faster
+on CPUs. Rounding: torch's channels_last BN kernel on CPU accumulates its statistics less
+precisely than the NCHW one; on a fbnet_cifar batch of 64, logits differ from the NCHW loop
+by ~5e-5 relative and single gradient entries by up to ~2% of the largest gradient (the
+float32 loop is itself up to ~0.7% away from a float64 computation).
 """
 
 from __future__ import annotations

@@ -503,8 +503,9 @@ class Search:
                      f"only), splits weights/theta/val = {len(self.splits['weights'])}/"
                      f"{len(self.splits['theta'])}/{len(self.splits['val'])} images, "
                      f"{self.info.world_size} process(es) on {self.device}, batch "
-                     f"{cfg.data.batch_size} per process ({cfg.data.batch_size * self.info.world_size}"
-                     f" per step), supernet {cfg.search.supernet}")
+                     f"{cfg.data.batch_size} per process "
+                     f"({cfg.data.batch_size * self.info.world_size} per step), supernet "
+                     f"{cfg.search.supernet}")
         else:
             self.log(f"resuming at epoch {self.epoch + 1}"
                      + (f", item {self.position}" if self.position else ""))
@@ -634,19 +635,18 @@ def run_search(cfg: Config, out: str | Path, resume: bool = False, force: bool =
         device = pick_device(cfg.run.device, info)
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        collective_device = device if device.type == "cuda" else torch.device("cpu")
 
         def prepare() -> RunPaths:
             paths = prepare_run_dir(out, resume, force)
             out.mkdir(parents=True, exist_ok=True)
             return paths
 
-        paths = run_on_main(prepare, info, collective_device) or RunPaths(out)
-        run_on_main(lambda: load_space_and_lut(cfg), info, collective_device)  # report once
+        paths = run_on_main(prepare, info, device) or RunPaths(out)
+        run_on_main(lambda: load_space_and_lut(cfg), info, device)  # report once
         if cfg.data.download:
             from fbnas.data import download_cifar10
 
-            run_on_main(lambda: download_cifar10(cfg.data.dir), info, collective_device)
+            run_on_main(lambda: download_cifar10(cfg.data.dir), info, device)
         ckpt = load_checkpoint(paths.last) if resume else None
         if ckpt is not None and ckpt.get("kind") != "search":
             raise FbnasError(f"{paths.last} is not a search checkpoint")
