@@ -21,7 +21,14 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except FbnasError as e:
-            click.echo(f"error: {e}", err=True)
+            from fbnas.dist import env_rank
+
+            rank = env_rank()
+            # under torchrun an error every rank raised alike is printed once, by rank 0
+            if rank == 0:
+                click.echo(f"error: {e}", err=True)
+            elif not getattr(e, "on_every_rank", False):
+                click.echo(f"error (process {rank}): {e}", err=True)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
@@ -186,28 +193,29 @@ def run_config(config_path, out, resume, force, overrides, download, **keys):
     if download:
         sets.append("data.download=true")
     cfg = load_config(config_path, sets + list(overrides), base=base)
-    if cfg.data.download:
-        from fbnas.data import download_cifar10
-
-        download_cifar10(cfg.data.dir)
     return cfg
 
 
-def relaunch_with_torchrun(nproc: int) -> int:
-    """Run this same command line under torchrun with ``nproc`` processes; its exit code."""
-    import subprocess
+def launch_processes(ctx: click.Context, nproc: int, threads: int | None) -> int:
+    """Re-run this command, minus --nproc, as ``nproc`` torchrun processes on this machine."""
+    from fbnas.dist import launch
 
-    args, skip = [], False
-    for a in sys.argv[1:]:
-        if skip:
-            skip = False
-        elif a == "--nproc":
-            skip = True
-        elif not a.startswith("--nproc="):
-            args.append(a)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={nproc}", "-m", "fbnas", *args]
-    return subprocess.run(cmd).returncode
+    if "WORLD_SIZE" in os.environ:
+        raise UsageError("--nproc starts torchrun itself; inside torchrun leave it out")
+    args = [ctx.info_name]
+    for param in ctx.command.params:
+        value = ctx.params[param.name]
+        if param.name == "nproc" or value is None or value is False or value == ():
+            continue
+        flag = max(param.opts, key=len)
+        if getattr(param, "is_flag", False):
+            args.append(flag)
+        elif getattr(param, "multiple", False):
+            for v in value:
+                args += [flag, str(v)]
+        else:
+            args += [flag, str(value)]
+    return launch(nproc, args, threads)
 
 
 @main.command(context_settings=CONTEXT)
@@ -218,7 +226,8 @@ def relaunch_with_torchrun(nproc: int) -> int:
 @click.option("--nproc", type=click.IntRange(min=1),
               help="Run N processes on this machine with DistributedDataParallel (launches "
               "torchrun --standalone; data.batch_size is per process).")
-def train(config_path, data_dir, out, epochs, seed, device, threads, overrides, download,
+@click.pass_context
+def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overrides, download,
           resume, force, space_name, lut, mode, nproc):
     """Search: train the Gumbel-softmax supernet with alternating weight/theta optimizers.
 
@@ -235,8 +244,12 @@ def train(config_path, data_dir, out, epochs, seed, device, threads, overrides, 
     """
     from fbnas.search import run_search
 
-    if nproc and "WORLD_SIZE" not in os.environ:
-        sys.exit(relaunch_with_torchrun(nproc))
+    if nproc is not None and nproc > 1:
+        from fbnas.trainer import prepare_run_dir
+
+        # report a bad --out once, before starting processes
+        prepare_run_dir(Path(out or "runs/search"), resume, force, clear=False)
+        sys.exit(launch_processes(ctx, nproc, threads))
 
     out = out or Path("runs/search")
     cfg = run_config(config_path, out, resume, force, overrides, download,

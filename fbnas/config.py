@@ -31,7 +31,7 @@ class DataConfig:
     resolution: int = 32  # images of a folder dataset are resized to this
     val_fraction: float = 0.1  # held out of the training images for per-epoch evaluation
     theta_fraction: float = 0.2  # of the rest: the theta part (the paper's 80/20)
-    batch_size: int = 64  # per process
+    batch_size: int = 64  # per process: N processes train on N x batch_size images a step
     eval_batch_size: int = 256
     augment: bool = True
     limit: int = 0  # use only the first N training images (0 = all)
@@ -55,7 +55,9 @@ class SearchConfig:
     cost: str = _choices("latency", "flops", "params", default="latency")
     eval_mode: str = _choices("argmax", "softmax", default="argmax")
     temperature: TemperatureConfig = field(default_factory=TemperatureConfig)
-    supernet: str = _choices("loop", default="loop")
+    # loop: every candidate in turn (the reference); fast: channels_last and fused mixed ops,
+    # the same math and checkpoints, quicker soft steps (see fbnas/fused.py)
+    supernet: str = _choices("loop", "fast", default="fast")
 
 
 @dataclass
@@ -105,7 +107,7 @@ class RetrainConfig:
 class RunConfig:
     seed: int = 0
     device: str = _choices("auto", "cpu", "cuda", default="auto")
-    threads: Optional[int] = None  # torch intra-op threads (None = torch's default)
+    threads: Optional[int] = None  # torch intra-op threads per process (None = torch default)
     log_every: int = 20  # steps between TensorBoard scalar points
     progress: bool = True  # progress bars on a terminal
 

@@ -1,12 +1,22 @@
-"""Process-group plumbing for runs under torchrun; a no-op in a single process."""
+"""Process-group plumbing for runs under torchrun; a no-op in a single process.
+
+Every collective here must be reached by all ranks in the same order, so callers use them
+only at points every rank passes: the same plan items, epoch ends, the run's start and end.
+"""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Callable, TypeVar
 
 import torch
 import torch.distributed as dist
+from torch import nn
+
+from fbnas.errors import FbnasError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -22,6 +32,11 @@ class DistInfo:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+
+def env_rank() -> int:
+    """This process's rank as torchrun announces it (0 outside torchrun)."""
+    return int(os.environ.get("RANK", "0"))
 
 
 def init_from_env(device_type: str) -> DistInfo:
@@ -43,17 +58,117 @@ def all_reduce_sum(values: list[float], info: DistInfo, device: torch.device) ->
     return t.tolist()
 
 
+def sync_buffers(module: nn.Module, info: DistInfo) -> None:
+    """Make the buffers of ``module`` equal on all ranks: floats averaged, counters rank 0's.
+
+    Each rank's BN running statistics follow its own shard of the data (and, in hard mode,
+    its own choice of ops, which also makes the batch counters differ); averaging them at an
+    epoch end gives every rank the same buffers for evaluation and the checkpoint, estimated
+    from all ranks' images rather than rank 0's alone.
+    """
+    if not info.enabled:
+        return
+    buffers = list(module.buffers())
+    floats = [b for b in buffers if b.is_floating_point()]
+    counters = [b for b in buffers if not b.is_floating_point()]
+    for group, average in ((floats, True), (counters, False)):
+        if not group:
+            continue
+        flat = torch.cat([b.detach().reshape(-1).double() for b in group])
+        if average:
+            dist.all_reduce(flat)
+            flat /= info.world_size
+        else:
+            dist.broadcast(flat, src=0)
+        offset = 0
+        with torch.no_grad():
+            for b in group:
+                b.copy_(flat[offset:offset + b.numel()].view_as(b))
+                offset += b.numel()
+
+
+def run_on_main(fn: Callable[[], T], info: DistInfo, device: torch.device) -> T | None:
+    """Run ``fn`` on rank 0 only; if it raises FbnasError, every rank raises the same error.
+
+    Used for work that touches the file system (checking and clearing the run directory), so
+    that ranks neither race each other nor wait forever for a rank 0 that gave up.
+    """
+    if not info.enabled:
+        return fn()
+    result, message, code = None, b"", 0
+    if info.is_main:
+        try:
+            result = fn()
+        except FbnasError as e:
+            message, code = str(e).encode(), e.exit_code
+    header = torch.tensor([len(message), code], dtype=torch.int64, device=device)
+    dist.broadcast(header, src=0)
+    if int(header[0]) == 0:
+        return result
+    data = torch.zeros(int(header[0]), dtype=torch.uint8, device=device)
+    if info.is_main:
+        data.copy_(torch.frombuffer(bytearray(message), dtype=torch.uint8))
+    dist.broadcast(data, src=0)
+    err = FbnasError(bytes(data.cpu().tolist()).decode())
+    err.exit_code = int(header[1])
+    err.on_every_rank = True
+    raise err
+
+
+def peer_failed(error: BaseException) -> bool:
+    """Whether a collective failed because another rank went away (it has its own message)."""
+    text = str(error)
+    return isinstance(error, dist.DistError) or "closed by peer" in text \
+        or "reset by peer" in text
+
+
 def barrier(info: DistInfo) -> None:
     if info.enabled:
         dist.barrier()
 
 
 def shutdown(info: DistInfo) -> None:
+    """Leave the process group (at the end of a run, also after an error)."""
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()
 
 
-def ranks_agree(module: torch.nn.Module, info: DistInfo) -> bool:
+def launch(nproc: int, fbnas_args: list[str], threads: int | None = None) -> int:
+    """Run ``python -m fbnas <fbnas_args>`` as ``nproc`` processes on this machine, as torchrun.
+
+    Uses torchrun's own launcher as ``torchrun --standalone`` does (a free local port)
+    and returns the exit code of the first process that failed, or 0. The processes report
+    their own errors, so the launcher's failure logging is kept quiet.
+    """
+    import logging
+    import uuid
+
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args, parse_args
+
+    # torchrun defaults each process to 1 thread and warns about it; say so explicitly
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads or 1))
+    # what torchrun --standalone sets up: a rendezvous on a free local port
+    args = parse_args(["--nnodes", "1", "--nproc_per_node", str(nproc), "--rdzv_backend", "c10d",
+                       "--rdzv_endpoint", "localhost:0", "--rdzv_id", uuid.uuid4().hex,
+                       "-m", "fbnas", *fbnas_args])
+    config, cmd, cmd_args = config_from_args(args)
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith(("torch.distributed.elastic", "torch.distributed.launcher")):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        elastic_launch(config, cmd)(*cmd_args)
+    except ChildFailedError as e:
+        _, failure = e.get_first_failure()
+        return failure.exitcode if failure.exitcode > 0 else 128 - failure.exitcode
+    except SignalException as e:
+        return 128 + int(e.sigval)
+    return 0
+
+
+def ranks_agree(module: nn.Module, info: DistInfo) -> bool:
     """Whether every rank holds bit-identical parameters and buffers (a digest per rank)."""
     if not info.enabled:
         return True
@@ -65,14 +180,3 @@ def ranks_agree(module: torch.nn.Module, info: DistInfo) -> bool:
     digests = [None] * info.world_size
     dist.all_gather_object(digests, h.hexdigest())
     return len(set(digests)) == 1
-
-
-def sync_buffers(module: torch.nn.Module, info: DistInfo) -> None:
-    """Copy rank 0's buffers (BN running statistics) to every rank.
-
-    DDP broadcasts buffers at the start of each forward, so after an epoch's last step every
-    rank's statistics differ by that one batch; evaluation and checkpoints use rank 0's.
-    """
-    if info.enabled:
-        for b in module.buffers():
-            dist.broadcast(b, 0)

@@ -76,7 +76,7 @@ class Search(Trainer):
         self.theta_loader = self.train_batches(data, splits["theta"], seed + 1, **common)
 
     def build_model(self) -> Supernet:
-        return Supernet(self.space, self.lut, self.cfg.search.cost)
+        return Supernet(self.space, self.lut, self.cfg.search.cost, impl=self.cfg.search.supernet)
 
     def build_optimizers(self) -> dict:
         ow, ot = self.cfg.optim.weights, self.cfg.optim.theta
@@ -158,7 +158,8 @@ class Search(Trainer):
                 f"{self.epochs} epochs ({cfg.warmup_epochs} weights-only), splits "
                 f"weights/theta/val = {len(self.splits['weights'])}/{len(self.splits['theta'])}/"
                 f"{len(self.splits['val'])} images, {self.info.world_size} process(es) on "
-                f"{self.device}")
+                f"{self.device}, batch {cfg.data.batch_size} per process, supernet "
+                f"{cfg.search.supernet}")
 
     def epoch_extras(self, epoch: int) -> dict:
         return {"temperature": temperature(self.cfg, epoch),

@@ -13,12 +13,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from fbnas.errors import FbnasError
+from fbnas.fused import FusedPlan, fused_forward
 from fbnas.lut import LUT
 from fbnas.model import Head, Stem
 from fbnas.ops import build_op
 from fbnas.space import Layer, SearchSpace
 
 MODES = ("soft", "hard", "argmax", "softmax")
+IMPLEMENTATIONS = ("loop", "fast")
 
 
 def gumbel_softmax(theta: torch.Tensor, tau: float, hard: bool, samples: int | None = None
@@ -81,12 +83,37 @@ class MixedOp(nn.Module):
         return out
 
 
-class Supernet(nn.Module):
-    """Stem, one MixedOp per searchable layer, head; forward returns (logits, expected cost)."""
+class FusedMixedOp(MixedOp):
+    """A MixedOp whose all-candidates forward runs fused (see :mod:`fbnas.fused`).
 
-    def __init__(self, space: SearchSpace, lut: LUT, cost: str = "latency"):
+    Same parameters, buffers and state_dict keys as MixedOp; only batch-level soft/softmax
+    weighting takes the fused path, single-op and per-image forwards use the loop.
+    """
+
+    def __init__(self, layer: Layer, costs: list[float]):
+        super().__init__(layer, costs)
+        self.plan = FusedPlan(self.ops)
+
+    def forward(self, x: torch.Tensor, w: torch.Tensor, idx: torch.Tensor | None) -> torch.Tensor:
+        if idx is None and w.dim() == 1:
+            return fused_forward(self.ops, self.plan, x, w)
+        return super().forward(x, w, idx)
+
+
+class Supernet(nn.Module):
+    """Stem, one MixedOp per searchable layer, head; forward returns (logits, expected cost).
+
+    ``impl`` picks how a soft step runs: ``loop`` (every candidate in turn, the reference) or
+    ``fast`` (channels_last memory format and fused mixed ops; the same math, parameters and
+    state_dict keys, so checkpoints load into either).
+    """
+
+    def __init__(self, space: SearchSpace, lut: LUT, cost: str = "latency", impl: str = "loop"):
         super().__init__()
+        if impl not in IMPLEMENTATIONS:
+            raise ValueError(f"unknown supernet implementation {impl!r}")
         lut.check_space(space)
+        self.impl = impl
         self.space = space
         self.cost_metric = cost
         self.stem = Stem(space.in_channels, space.stem_channels, space.stem_kernel,
@@ -94,16 +121,20 @@ class Supernet(nn.Module):
         layers = []
         for layer, row in zip(space.layers, lut.data["layers"]):
             costs = [lut.cost(row["candidates"][op], cost) for op in layer.candidates]
-            layers.append(MixedOp(layer, costs))
+            layers.append((FusedMixedOp if impl == "fast" else MixedOp)(layer, costs))
         self.layers = nn.ModuleList(layers)
         self.head = Head(space.final_channels, space.head_channels, space.num_classes)
         self.fixed_cost = lut.fixed_cost(cost)
         cal = lut.calibration if cost == "latency" else None
         self.cal_a, self.cal_b = cal if cal else (1.0, 0.0)
+        if impl == "fast":
+            self.to(memory_format=torch.channels_last)
 
     def forward(self, x: torch.Tensor, tau: float = 1.0, mode: str = "soft",
                 per_sample: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         samples = x.shape[0] if per_sample and mode in ("soft", "hard") else None
+        if self.impl == "fast":
+            x = x.contiguous(memory_format=torch.channels_last)
         x = self.stem(x)
         total = x.new_tensor(self.fixed_cost)
         for layer in self.layers:

@@ -15,7 +15,7 @@ import shutil
 import signal
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -26,8 +26,8 @@ from torch import nn
 
 from fbnas.config import Config, dump, from_dict
 from fbnas.data import BatchLoader, Dataset, load_dataset, make_splits
-from fbnas.dist import (DistInfo, all_reduce_sum, barrier, init_from_env, ranks_agree,
-                        shutdown, sync_buffers)
+from fbnas.dist import (DistInfo, all_reduce_sum, barrier, init_from_env, peer_failed,
+                        ranks_agree, run_on_main, shutdown, sync_buffers)
 from fbnas.errors import FbnasError
 from fbnas.io import CHECKPOINT_FORMAT, atomic_write, load_torch
 from fbnas.progress import Progress
@@ -207,8 +207,12 @@ class Trainer:
         if info.enabled:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
+            # theta is a parameter of the wrapped module, so its gradients are averaged like
+            # the weights'; BN buffers are averaged at epoch ends instead of broadcast from
+            # rank 0 at every forward
             self.model = DDP(self.net, device_ids=[device.index] if device.type == "cuda" else None,
-                             find_unused_parameters=self.find_unused_parameters)
+                             find_unused_parameters=self.find_unused_parameters,
+                             forward_sync_buffers=False)
         self.optimizers = self.build_optimizers()
         ow = cfg.optim.weights
         steps = max(1, len(self.train_loader) // self.accumulate)
@@ -331,25 +335,25 @@ class Trainer:
             if micro[phase] % k == 0:
                 self.model.zero_grad(set_to_none=True)
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-            loss, ce, cost, factor = self.forward_loss(x, y, epoch)
-            if not torch.isfinite(loss):
-                raise FbnasError(
-                    f"the loss became {float(loss.detach())} at epoch {epoch + 1}, step "
-                    f"{item + 1} ({phase} phase); the last good checkpoint {self.paths.last} is "
-                    "intact. Lower optim.weights.lr or optim.theta.lr and resume")
-            (loss / k).backward()
+            last_micro = (micro[phase] + 1) % k == 0
+            # DDP averages gradients in backward: accumulate micro-batches locally and
+            # average once, in the backward of the last micro-batch of each step
+            sync = nullcontext() if last_micro or not self.info.enabled else self.model.no_sync()
+            with sync:
+                loss, ce, cost, factor = self.forward_loss(x, y, epoch)
+                values = self._step_values(loss, ce, cost, factor)
+                if values is None:
+                    raise self._diverged(epoch, item, phase)
+                (loss / k).backward()
             micro[phase] += 1
-            if micro[phase] % k == 0:
+            if last_micro:
                 opt.step()
                 if phase == "weights":
                     self.scheduler.step()
                 self.global_step += 1
             s = sums[phase]
-            s[0] += float(loss.detach())
-            s[1] += float(ce.detach().mean())
-            if cost is not None:
-                s[2] += float(cost.detach().mean())
-                s[3] += float(factor.detach().mean())
+            for i, v in enumerate(values):
+                s[i] += v
             s[4] += 1
             self.position = item + 1
             progress.update()
@@ -360,6 +364,33 @@ class Trainer:
                 break
         progress.close()
         return sums
+
+    def _step_values(self, loss, ce, cost, factor) -> list[float] | None:
+        """(loss, CE, cost, cost factor) of this step averaged over ranks, or None if any rank's
+        loss is not finite: one small all-reduce per step, so that a NaN on one rank stops
+        every rank together instead of leaving the others waiting in backward."""
+        vals = [float(loss.detach()), float(ce.detach().mean()),
+                float(cost.detach().mean()) if cost is not None else 0.0,
+                float(factor.detach().mean()) if factor is not None else 0.0]
+        bad = not all(math.isfinite(v) for v in vals)
+        if not self.info.enabled:
+            return None if bad else vals
+        total = all_reduce_sum([0.0 if bad else v for v in vals] + [float(bad)], self.info,
+                               self.device)
+        if total[4]:
+            return None
+        return [v / self.info.world_size for v in total[:4]]
+
+    def _diverged(self, epoch: int, item: int, phase: str) -> FbnasError:
+        where = f"at epoch {epoch + 1}, step {item + 1} ({phase} phase)"
+        if self.info.enabled:
+            where += " on at least one process"
+        fix = ("Lower optim.weights.lr or optim.theta.lr and resume; the last good checkpoint "
+               f"{self.paths.last} is intact" if self.paths.last.is_file() else
+               "Lower optim.weights.lr or optim.theta.lr and start again")
+        err = FbnasError(f"the loss is not finite {where}. {fix}")
+        err.on_every_rank = True  # every rank saw the same all-reduced flag
+        return err
 
     @torch.no_grad()
     def evaluate(self, loader: BatchLoader) -> dict:
@@ -410,7 +441,7 @@ class Trainer:
         for p in self.phases:
             s = sums[p]
             flat += [s[0], s[1], s[2], s[4]]
-        vals = all_reduce_sum(flat, self.info, self.device)
+        vals = flat  # per-step values are already averages over the ranks
         record = {"epoch": epoch + 1, "seconds": seconds, "processes": self.info.world_size}
         for i, p in enumerate(self.phases):
             loss, ce, cost, n = vals[4 * i: 4 * i + 4]
@@ -528,19 +559,32 @@ def launch(trainer_cls: type[Trainer], cfg: Config, out: str | Path, resume: boo
     info = init_from_env("cuda" if cfg.run.device == "cuda" or
                          (cfg.run.device == "auto" and torch.cuda.is_available()) else "cpu")
     try:
-        # every rank checks the folder; only rank 0 clears or creates it
-        paths = prepare_run_dir(out, resume, force, clear=info.is_main)
-        if info.is_main:
-            out.mkdir(parents=True, exist_ok=True)
-        barrier(info)
-        ckpt = load_checkpoint(paths.last, trainer_cls.kind) if resume else None
         device = pick_device(cfg.run.device, info)
         if device.type == "cuda":
             torch.cuda.set_device(device)
+        collectives = device if device.type == "cuda" else torch.device("cpu")
+
+        def prepare() -> RunPaths:
+            paths = prepare_run_dir(out, resume, force)
+            out.mkdir(parents=True, exist_ok=True)
+            return paths
+
+        # rank 0 alone checks and clears the folder; its error, if any, stops every rank
+        paths = run_on_main(prepare, info, collectives) or RunPaths(out)
+        if cfg.data.download:
+            from fbnas.data import download_cifar10
+
+            run_on_main(lambda: download_cifar10(cfg.data.dir), info, collectives)
+        ckpt = load_checkpoint(paths.last, trainer_cls.kind) if resume else None
         trainer = trainer_cls(cfg, paths, info, device, echo, ckpt)
         result = trainer.run(stop_after=stop_after)
         result["rank"] = info.rank
         return result
+    except RuntimeError as e:
+        if info.enabled and peer_failed(e):
+            raise FbnasError(f"process {info.rank} stops: another process of this run failed "
+                             "(its message is above)") from None
+        raise
     finally:
         shutdown(info)
 
