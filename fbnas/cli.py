@@ -101,15 +101,17 @@ def profile(space_name, out, threads, batch, rounds, min_time, check_n, seed, fo
 @click.option("--fit", default=20, show_default=True, type=click.IntRange(min=2),
               help="How many of them fit the calibration; the rest test it.")
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--min-time", default=0.2, show_default=True, type=click.FloatRange(min=0.001),
-              help="Seconds of timing per network and pass.")
+@click.option("--min-time", default=0.05, show_default=True, type=click.FloatRange(min=0.001),
+              help="Seconds of timing per network or entry and round.")
+@click.option("--passes", default=3, show_default=True, type=click.IntRange(min=1),
+              help="Rounds per timing; every item gets 2 x passes interleaved rounds.")
 @click.option("--dry-run", is_flag=True, help="Report only; leave the table unchanged.")
 @click.option("--force", is_flag=True, help="Replace an existing calibration.")
-def calibrate(lut_path, networks, fit, seed, min_time, dry_run, force):
+def calibrate(lut_path, networks, fit, seed, min_time, passes, dry_run, force):
     """Measure random whole networks, report the table's fidelity, store a calibration.
 
-    Networks are timed twice with the profile's protocol, interleaved with re-timed table
-    entries. Prints signed bias, MAPE, share within +-10% and Kendall tau for the raw table,
+    Networks are timed with the profile's protocol in interleaved rounds together with
+    re-timed table entries; even and odd rounds are two independent timings. Prints signed bias, MAPE, share within +-10% and Kendall tau for the raw table,
     the calibrated table (a * sum + b, fitted on --fit networks, scored on the rest) and FLOPs,
     next to the noise floor (the two timings of the same networks).
 
@@ -127,7 +129,8 @@ def calibrate(lut_path, networks, fit, seed, min_time, dry_run, force):
                          "or --dry-run to only report")
     if fit >= networks:
         raise FbnasError(f"--fit ({fit}) must be smaller than --networks ({networks})")
-    report = calibrate_lut(lut, networks=networks, fit=fit, seed=seed, min_run_time=min_time)
+    report = calibrate_lut(lut, networks=networks, fit=fit, seed=seed, min_run_time=min_time,
+                           passes=passes)
     click.echo(report.text())
     if not dry_run:
         lut.data["calibration"] = report.calibration()

@@ -1,8 +1,9 @@
 """How well a lookup table predicts whole networks, and the calibration that corrects it.
 
-Random architectures are built from the table's space and timed twice (two passes) with the
-profile's protocol, interleaved with re-timed table entries. Reported, against the noise
-floor of the two passes: the raw table sum, the calibrated table (measured ~= a * sum + b,
+Random architectures are built from the table's space and timed with the profile's protocol
+in interleaved rounds together with re-timed table entries; the even and the odd rounds are
+two independent timings of the same networks. Reported, against the noise floor of those two
+timings: the raw table sum, the calibrated table (measured ~= a * sum + b,
 fitted by least squares on the first ``fit`` networks, scored on the rest) and FLOPs fitted
 the same way.
 """
@@ -42,7 +43,7 @@ class FidelityReport:
     lut: LUT
     archs: list[list[str]]
     fit: int
-    measured: np.ndarray  # both passes pooled, us
+    measured: np.ndarray  # all rounds pooled, us
     pass_a: np.ndarray
     pass_b: np.ndarray
     raw: np.ndarray  # stored table sums, us
@@ -99,14 +100,17 @@ def random_archs(lut: LUT, n: int, seed: int) -> list[list[str]]:
 
 
 def calibrate_lut(lut: LUT, networks: int = 50, fit: int = 20, seed: int = 0,
-                  min_run_time: float = 0.2, entry_min_run_time: float | None = None) -> FidelityReport:
-    """Time ``networks`` random networks and the table's entries; fit and score a calibration."""
+                  min_run_time: float = 0.05, passes: int = 3) -> FidelityReport:
+    """Time ``networks`` random networks and the table's entries; fit and score a calibration.
+
+    Every network and entry gets ``2 * passes`` interleaved rounds of ``min_run_time``
+    seconds; even and odd rounds form the two timings compared for the noise floor.
+    """
     space = lut.space()
     threads, batch = lut.threads, lut.batch
     set_threads(threads)
     torch.manual_seed(seed)
     archs = random_archs(lut, networks, seed)
-    entry_time = entry_min_run_time or float(lut.data["protocol"].get("min_run_time_s", 0.05))
 
     items, entry_items = {}, {}
     for i, ops in enumerate(archs):
@@ -118,24 +122,26 @@ def calibrate_lut(lut: LUT, networks: int = 50, fit: int = 20, seed: int = 0,
     for key, spec in specs.items():
         entry_items[key] = runner(spec.build(space), torch.randn(batch, spec.c_in, spec.h, spec.w))
 
-    passes = []
-    retimed: dict[str, list[float]] = {k: [] for k in entry_items}
-    for p in range(2):
-        nets = measure_interleaved(items, threads, rounds=1, min_run_time=min_run_time,
-                                   extra_rounds=0, seed=seed + p, desc=f"networks pass {p + 1}")
-        ent = measure_interleaved(entry_items, threads, rounds=1, min_run_time=entry_time,
-                                  extra_rounds=0, seed=seed + p, desc=f"entries pass {p + 1}")
-        for k, v in ent.items():
-            retimed[k].extend(v)
-        passes.append(nets)
+    # networks and entries share interleaved rounds, so a slow spell of the machine hits all
+    # of them alike; the even and the odd rounds are two independent timings (the noise floor)
+    rounds = 2 * max(1, passes)
+    per_round: dict[str, list[list[float]]] = {}
+    measure_interleaved({**items, **entry_items}, threads, rounds=rounds,
+                        min_run_time=min_run_time, extra_rounds=0, seed=seed,
+                        desc="networks and entries", per_round=per_round)
 
     def med(ts):
         return float(np.median(ts)) * 1e6
 
+    def pooled(k, parity=None):
+        return [t for i, blk in enumerate(per_round[k]) if parity is None or i % 2 == parity
+                for t in blk]
+
     keys = list(items)
-    pass_a = np.array([med(passes[0][k]) for k in keys])
-    pass_b = np.array([med(passes[1][k]) for k in keys])
-    measured = np.array([med(passes[0][k] + passes[1][k]) for k in keys])
+    pass_a = np.array([med(pooled(k, 0)) for k in keys])
+    pass_b = np.array([med(pooled(k, 1)) for k in keys])
+    measured = np.array([med(pooled(k)) for k in keys])
+    retimed = {k: pooled(k) for k in entry_items}
     retimed_us = {k: med(v) for k, v in retimed.items()}
     fixed_keys = [s.key for s in fixed_entries(space, batch).values()]
     retimed_sum = np.array([

@@ -79,12 +79,19 @@ def measure_interleaved(
     warmup: int = 3,
     seed: int = 0,
     desc: str = "timing",
+    per_round: dict[str, list[list[float]]] | None = None,
 ) -> dict[str, list[float]]:
-    """Time every item in interleaved rounds; return pooled per-call block times in seconds."""
+    """Time every item in interleaved rounds; return pooled per-call block times in seconds.
+
+    With ``per_round`` (a dict to fill), the block times of each regular round are also kept
+    apart, so that halves of the rounds can serve as independent repeat measurements.
+    """
     set_threads(threads)
     rng = random.Random(seed)
     keys = list(items)
     times: dict[str, list[float]] = {k: [] for k in keys}
+    if per_round is not None:
+        per_round.update({k: [] for k in keys})
     with torch.inference_mode():
         for k in keys:
             for _ in range(warmup):
@@ -96,7 +103,10 @@ def measure_interleaved(
             order = keys[:]
             rng.shuffle(order)
             for k in order:
-                times[k].extend(timers[k].blocked_autorange(min_run_time=min_run_time).times)
+                block = timers[k].blocked_autorange(min_run_time=min_run_time).times
+                times[k].extend(block)
+                if per_round is not None:
+                    per_round[k].append(list(block))
                 progress.update()
         for _ in range(extra_rounds):
             noisy = [k for k in keys if _rel_iqr(times[k]) > rel_iqr]
