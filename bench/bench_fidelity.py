@@ -23,12 +23,15 @@ def main() -> None:
     ap.add_argument("--networks", type=int, default=50)
     ap.add_argument("--fit", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--block-time", type=float, default=0.004)
     args = ap.parse_args()
     lut = load_lut(args.lut)
     print(f"{args.lut}: batch {lut.batch}, {lut.threads} thread(s); load average before: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     t0 = time.monotonic()
-    report = calibrate_lut(lut, networks=args.networks, fit=args.fit, seed=args.seed)
+    report = calibrate_lut(lut, networks=args.networks, fit=args.fit, seed=args.seed,
+                           rounds=args.rounds, block_time=args.block_time)
     print(report.text())
     cal, flops = report.figures["calibrated_table_test"], report.figures["flops_calibrated_test"]
     print(f"targets: tau {cal['kendall_tau']:.3f} (>= 0.85), MAPE {cal['mape_pct']:.1f}% (<= 10%), "

@@ -23,8 +23,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--space", default="fbnet_cifar")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--min-time", type=float, default=0.05)
+    ap.add_argument("--rounds", type=int, default=60)
+    ap.add_argument("--extra-rounds", type=int, default=300)
+    ap.add_argument("--block-time", type=float, default=0.004)
     args = ap.parse_args()
 
     space = load_space(args.space)
@@ -34,7 +35,8 @@ def main() -> None:
     for run in range(2):
         t0 = time.monotonic()
         data = profile_space(space, threads=args.threads, rounds=args.rounds,
-                             min_run_time=args.min_time, seed=run)
+                             extra_rounds=args.extra_rounds, block_time=args.block_time,
+                             seed=run)
         walls.append(time.monotonic() - t0)
         luts.append(LUT(data))
         print(f"run {run + 1}: {len(data['entries'])} entries in {walls[-1]:.1f} s wall")
@@ -49,7 +51,18 @@ def main() -> None:
     n = len(space.layers)
     print(f"per-entry difference: median {100 * np.median(diff):.1f}%, "
           f"90th percentile {100 * np.percentile(diff, 90):.1f}%, max {100 * diff.max():.1f}%")
+    level = float(np.median(mb / ma))
+    rel = np.abs(np.log(mb / ma / level))
+    print(f"run 2 / run 1 overall: {level:.3f} (the machine's speed between the runs); "
+          f"differences around that: median {100 * np.median(rel):.1f}%, 90th percentile "
+          f"{100 * np.percentile(rel, 90):.1f}%")
     print(f"same fastest non-skip candidate in {same} of {n} layers")
+    for row, names, ca, cb in zip(a.data["layers"], a.layer_candidates(), a.layer_costs(),
+                                  b.layer_costs()):
+        fa, fb = fastest_non_skip(names, ca), fastest_non_skip(names, cb)
+        if fa != fb:
+            print(f"  layer {row['index']}: {names[fa]} ({ca[fa]:.1f} us vs {names[fb]} "
+                  f"{ca[fb]:.1f}) then {names[fb]} ({cb[fb]:.1f} us vs {names[fa]} {cb[fa]:.1f})")
     print(f"wall time per profile: {max(walls):.1f} s (slowest of the two)")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 

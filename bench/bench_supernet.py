@@ -79,7 +79,7 @@ def quick_lut(space_name: str, path: str | None) -> LUT:
     space = load_space(space_name)
     if path:
         return load_lut(path, space)
-    return LUT(profile_space(space, rounds=1, min_run_time=0.002))
+    return LUT(profile_space(space, rounds=2, extra_rounds=2, block_time=0.001))
 
 
 def time_steps(steps: dict, rounds: int, warmup: int) -> dict[str, list[float]]:

@@ -588,25 +588,25 @@ def format_ranked(entries: list[dict], num: int, seed: int) -> str:
 # --------------------------------------------------------------------------- measure, summarise
 
 
-def measure_latency(defn: dict, threads: int, batch: int, rounds: int = 5,
-                    min_run_time: float = 0.2, seed: int = 0) -> dict:
+def measure_latency(defn: dict, threads: int, batch: int, rounds: int = 40,
+                    block_time: float = 0.02, seed: int = 0) -> dict:
     """Whole-network latency (median/IQR/min in us) with the profiling protocol."""
     import torch
 
     from fbnas.model import Network
-    from fbnas.timing import measure_interleaved, runner, set_threads, summarize
+    from fbnas.timing import measure_rounds, runner, set_threads
 
     set_threads(threads)
     torch.manual_seed(seed)
     model = Network(defn).eval()
     x = torch.randn(model.input_shape(batch))
-    times = measure_interleaved({"network": runner(model, x)}, threads, rounds=rounds,
-                                min_run_time=min_run_time, seed=seed, desc="latency")
-    return summarize(times["network"])
+    timings = measure_rounds({"network": runner(model, x)}, threads, rounds=rounds,
+                             block_time=block_time, seed=seed, desc="latency")
+    return timings.summaries()["network"]
 
 
 def latency_report(defn: dict, lut=None, threads: int | None = None, batch: int | None = None,
-                   rounds: int = 5, min_run_time: float = 0.2, seed: int = 0,
+                   rounds: int = 40, block_time: float = 0.02, seed: int = 0,
                    warn: Warn = warn_stderr) -> str:
     """Measure ``defn`` and compare with ``lut``'s prediction; threads and batch default to its.
 
@@ -629,8 +629,7 @@ def latency_report(defn: dict, lut=None, threads: int | None = None, batch: int 
             warn(f"lookup table {lut.path} was profiled on {lut_cpu}, this is {cpu_model()}")
     batch = batch or (lut.batch if lut is not None else 1)
     threads = threads or (lut.threads if lut is not None else 1)
-    m = measure_latency(defn, threads, batch, rounds=rounds, min_run_time=min_run_time,
-                        seed=seed)
+    m = measure_latency(defn, threads, batch, rounds=rounds, block_time=block_time, seed=seed)
     lines = [f"architecture {name}: batch {batch}, {threads} thread(s)",
              f"measured  {m['median']:10.1f} us  (IQR {m['iqr']:.1f} us, min {m['min']:.1f} us, "
              f"{m['runs']} timed blocks)"]

@@ -57,15 +57,19 @@ def main() -> None:
               help="torch intra-op threads used while timing (recorded in the table).")
 @click.option("--batch", default=1, show_default=True, type=click.IntRange(min=1),
               help="Batch size of the timed inputs.")
-@click.option("--rounds", default=5, show_default=True, type=click.IntRange(min=1),
-              help="Interleaved timing rounds per entry.")
-@click.option("--min-time", default=0.05, show_default=True, type=click.FloatRange(min=0.001),
-              help="Seconds of timing per entry and round.")
+@click.option("--rounds", default=60, show_default=True, type=click.IntRange(min=1),
+              help="Rounds that time every entry once.")
+@click.option("--extra-rounds", default=300, show_default=True, type=click.IntRange(min=0),
+              help="Further rounds, only for the candidates within 3% of their layer's "
+                   "fastest (they decide its cheapest op) and for noisy entries.")
+@click.option("--block-time", default=0.004, show_default=True,
+              type=click.FloatRange(min=0.0001), help="Seconds per timed block of calls.")
 @click.option("--check", "check_n", default=0, show_default=True, type=click.IntRange(min=0),
               help="After profiling, calibrate and check on N random networks (see calibrate).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--force", is_flag=True, help="Overwrite an existing table.")
-def profile(space_name, out, threads, batch, rounds, min_time, check_n, seed, force):
+def profile(space_name, out, threads, batch, rounds, extra_rounds, block_time, check_n, seed,
+            force):
     """Time every candidate op at every searchable layer into a latency lookup table.
 
     \b
@@ -81,12 +85,14 @@ def profile(space_name, out, threads, batch, rounds, min_time, check_n, seed, fo
     space = load_space(space_name)
     refuse_overwrite(out, force)
     data = profile_space(space, threads=threads, batch=batch, rounds=rounds,
-                         min_run_time=min_time, seed=seed, source=str(space_name))
+                         extra_rounds=extra_rounds, block_time=block_time, seed=seed,
+                         source=str(space_name))
     if check_n:
         from fbnas.fidelity import calibrate_lut
         # 2 of every 5 networks fit the calibration (20 of 50), the rest score it
         fit = min(20, max(2, check_n * 2 // 5))
-        report = calibrate_lut(LUT(data), networks=check_n, fit=fit, seed=seed)
+        report = calibrate_lut(LUT(data), networks=check_n, fit=fit, seed=seed,
+                               block_time=block_time)
         click.echo(report.text())
         data["calibration"] = report.calibration()
     save_lut(data, out, force=force)
@@ -101,19 +107,21 @@ def profile(space_name, out, threads, batch, rounds, min_time, check_n, seed, fo
 @click.option("--fit", default=20, show_default=True, type=click.IntRange(min=2),
               help="How many of them fit the calibration; the rest test it.")
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--min-time", default=0.05, show_default=True, type=click.FloatRange(min=0.001),
-              help="Seconds of timing per network or entry and round.")
-@click.option("--passes", default=3, show_default=True, type=click.IntRange(min=1),
-              help="Rounds per timing; every item gets 2 x passes interleaved rounds.")
+@click.option("--rounds", default=40, show_default=True, type=click.IntRange(min=2),
+              help="Rounds that time every network and entry once (even and odd rounds give "
+                   "the two timings of the noise floor).")
+@click.option("--block-time", default=0.004, show_default=True,
+              type=click.FloatRange(min=0.0001), help="Seconds per timed block of calls.")
 @click.option("--dry-run", is_flag=True, help="Report only; leave the table unchanged.")
 @click.option("--force", is_flag=True, help="Replace an existing calibration.")
-def calibrate(lut_path, networks, fit, seed, min_time, passes, dry_run, force):
+def calibrate(lut_path, networks, fit, seed, rounds, block_time, dry_run, force):
     """Measure random whole networks, report the table's fidelity, store a calibration.
 
-    Networks are timed with the profile's protocol in interleaved rounds together with
-    re-timed table entries; even and odd rounds are two independent timings. Prints signed bias, MAPE, share within +-10% and Kendall tau for the raw table,
-    the calibrated table (a * sum + b, fitted on --fit networks, scored on the rest) and FLOPs,
-    next to the noise floor (the two timings of the same networks).
+    Networks are timed with the profile's protocol, in shared rounds together with re-timed
+    table entries; even and odd rounds are two independent timings. Prints signed bias, MAPE,
+    share within +-10% and Kendall tau for the raw table, the calibrated table (a * sum + b,
+    fitted on --fit networks, scored on the rest) and FLOPs, next to the noise floor (the two
+    timings of the same networks).
 
     \b
     Example:
@@ -129,8 +137,8 @@ def calibrate(lut_path, networks, fit, seed, min_time, passes, dry_run, force):
                          "or --dry-run to only report")
     if fit >= networks:
         raise FbnasError(f"--fit ({fit}) must be smaller than --networks ({networks})")
-    report = calibrate_lut(lut, networks=networks, fit=fit, seed=seed, min_run_time=min_time,
-                           passes=passes)
+    report = calibrate_lut(lut, networks=networks, fit=fit, seed=seed, rounds=rounds,
+                           block_time=block_time)
     click.echo(report.text())
     if not dry_run:
         lut.data["calibration"] = report.calibration()
@@ -363,16 +371,16 @@ def _arch_options(f):
               help="torch intra-op threads [default: the table's, else 1].")
 @click.option("--batch", default=None, type=click.IntRange(min=1),
               help="Batch size [default: the table's, else 1].")
-@click.option("--rounds", default=5, show_default=True, type=click.IntRange(min=1),
-              help="Timing rounds.")
-@click.option("--min-time", default=0.2, show_default=True, type=click.FloatRange(min=0.001),
-              help="Seconds of timing per round.")
+@click.option("--rounds", default=40, show_default=True, type=click.IntRange(min=1),
+              help="Timed blocks.")
+@click.option("--block-time", default=0.02, show_default=True,
+              type=click.FloatRange(min=0.0001), help="Seconds per timed block of calls.")
 @click.option("--seed", default=0, show_default=True, type=int)
-def latency(arch_path, name, lut_path, threads, batch, rounds, min_time, seed):
+def latency(arch_path, name, lut_path, threads, batch, rounds, block_time, seed):
     """Measure an architecture's whole-network latency and compare it with the prediction.
 
     Uses the profile's protocol (eval mode, inference_mode, warm-up, explicit threads,
-    median of blocked timings). The prediction is the lookup table's (calibrated when the
+    median of short timed blocks). The prediction is the lookup table's (calibrated when the
     table has a calibration); the error is (predicted - measured) / measured.
 
     \b
@@ -384,7 +392,7 @@ def latency(arch_path, name, lut_path, threads, batch, rounds, min_time, seed):
     name, defn = select(arch_path, name)
     lut = recorded_lut(defn, lut_path)
     click.echo(latency_report(defn, lut, threads=threads, batch=batch, rounds=rounds,
-                              min_run_time=min_time, seed=seed))
+                              block_time=block_time, seed=seed))
 
 
 @main.command(context_settings=CONTEXT)

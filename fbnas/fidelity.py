@@ -1,8 +1,8 @@
 """How well a lookup table predicts whole networks, and the calibration that corrects it.
 
 Random architectures are built from the table's space and timed with the profile's protocol
-in interleaved rounds together with re-timed table entries; the even and the odd rounds are
-two independent timings of the same networks. Reported, against the noise floor of those two
+(fbnas.timing) in shared rounds together with re-timed table entries; the even and the odd
+rounds are two independent timings of the same networks. Reported, against the noise floor of those two
 timings: the raw table sum, the calibrated table (measured ~= a * sum + b,
 fitted by least squares on the first ``fit`` networks, scored on the rest) and FLOPs fitted
 the same way.
@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from scipy.stats import kendalltau
 
-from fbnas.lut import LUT, fixed_entries, layer_entries
+from fbnas.lut import LUT, fixed_entries, layer_entries, profile_units
 from fbnas.model import Network
-from fbnas.timing import measure_interleaved, runner, set_threads
+from fbnas.timing import measure_rounds, runner, set_threads
 
 
 def errors(pred: np.ndarray, meas: np.ndarray) -> dict:
@@ -100,11 +100,12 @@ def random_archs(lut: LUT, n: int, seed: int) -> list[list[str]]:
 
 
 def calibrate_lut(lut: LUT, networks: int = 50, fit: int = 20, seed: int = 0,
-                  min_run_time: float = 0.05, passes: int = 3) -> FidelityReport:
+                  rounds: int = 40, block_time: float = 0.004) -> FidelityReport:
     """Time ``networks`` random networks and the table's entries; fit and score a calibration.
 
-    Every network and entry gets ``2 * passes`` interleaved rounds of ``min_run_time``
-    seconds; even and odd rounds form the two timings compared for the noise floor.
+    Networks (each a unit of its own) and entries (units as in the profile) share ``rounds``
+    rounds (see fbnas.timing); the even and the odd rounds give two independent timings of
+    every network, whose disagreement is the noise floor.
     """
     space = lut.space()
     threads, batch = lut.threads, lut.batch
@@ -112,7 +113,7 @@ def calibrate_lut(lut: LUT, networks: int = 50, fit: int = 20, seed: int = 0,
     torch.manual_seed(seed)
     archs = random_archs(lut, networks, seed)
 
-    items, entry_items = {}, {}
+    items = {}
     for i, ops in enumerate(archs):
         net = Network(space.definition(ops))
         items[f"net{i}"] = runner(net, torch.randn(net.input_shape(batch)))
@@ -120,29 +121,20 @@ def calibrate_lut(lut: LUT, networks: int = 50, fit: int = 20, seed: int = 0,
     for layer in space.layers:
         specs.update({s.key: s for s in layer_entries(layer, batch).values()})
     for key, spec in specs.items():
-        entry_items[key] = runner(spec.build(space), torch.randn(batch, spec.c_in, spec.h, spec.w))
+        items[key] = runner(spec.build(space), torch.randn(batch, spec.c_in, spec.h, spec.w))
+    units = [[f"net{i}"] for i in range(networks)] + profile_units(specs)
+    timings = measure_rounds(items, threads, units=units, rounds=max(2, rounds),
+                             block_time=block_time, seed=seed, desc="networks and entries")
+    corrected = timings.corrected()
 
-    # networks and entries share interleaved rounds, so a slow spell of the machine hits all
-    # of them alike; the even and the odd rounds are two independent timings (the noise floor)
-    rounds = 2 * max(1, passes)
-    per_round: dict[str, list[list[float]]] = {}
-    measure_interleaved({**items, **entry_items}, threads, rounds=rounds,
-                        min_run_time=min_run_time, extra_rounds=0, seed=seed,
-                        desc="networks and entries", per_round=per_round)
+    def med(key, parity=None):
+        return float(np.median(timings.blocks(key, parity, corrected))) * 1e6
 
-    def med(ts):
-        return float(np.median(ts)) * 1e6
-
-    def pooled(k, parity=None):
-        return [t for i, blk in enumerate(per_round[k]) if parity is None or i % 2 == parity
-                for t in blk]
-
-    keys = list(items)
-    pass_a = np.array([med(pooled(k, 0)) for k in keys])
-    pass_b = np.array([med(pooled(k, 1)) for k in keys])
-    measured = np.array([med(pooled(k)) for k in keys])
-    retimed = {k: pooled(k) for k in entry_items}
-    retimed_us = {k: med(v) for k, v in retimed.items()}
+    keys = [f"net{i}" for i in range(networks)]
+    pass_a = np.array([med(k, 0) for k in keys])
+    pass_b = np.array([med(k, 1) for k in keys])
+    measured = np.array([med(k) for k in keys])
+    retimed_us = {k: med(k) for k in specs}
     fixed_keys = [s.key for s in fixed_entries(space, batch).values()]
     retimed_sum = np.array([
         sum(retimed_us[k] for k in fixed_keys)

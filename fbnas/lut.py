@@ -18,7 +18,7 @@ from fbnas.io import read_json, refuse_overwrite, write_json
 from fbnas.model import Head, Stem
 from fbnas.ops import build_op
 from fbnas.space import Layer, SearchSpace
-from fbnas.timing import environment, measure_interleaved, runner, set_threads, summarize
+from fbnas.timing import environment, measure_rounds, protocol, runner, set_threads
 
 SCHEMA = "fbnas.lut/1"
 METRICS = ("latency", "flops", "params")
@@ -86,9 +86,38 @@ def count_cost(module: nn.Module, x: torch.Tensor) -> tuple[int, int]:
     return int(counter.get_total_flops()), sum(p.numel() for p in module.parameters())
 
 
-def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: int = 5,
-                  min_run_time: float = 0.05, rel_iqr: float = 0.10, seed: int = 0,
-                  source: str | None = None) -> dict:
+def profile_units(specs: dict[str, EntrySpec]) -> list[list[str]]:
+    """Entries timed back to back in every round: the candidates of one shape together, so
+    that their differences are measured moments apart; the stem and the head together."""
+    units: dict[tuple, list[str]] = {}
+    for key, spec in specs.items():
+        group = ("fixed",) if spec.kind != "op" else (spec.c_in, spec.c_out, spec.stride,
+                                                       spec.h, spec.w, spec.batch)
+        units.setdefault(group, []).append(key)
+    return list(units.values())
+
+
+def contenders(units: list[list[str]], specs: dict[str, EntrySpec], stats: dict[str, dict],
+               margin: float, rel_iqr: float) -> list[list[str]]:
+    """What deserves more rounds: per unit, the non-skip candidates within ``margin`` of the
+    fastest one (their order decides which op a layer's cheapest choice is), and any entry
+    whose IQR exceeds ``rel_iqr`` of its median."""
+    todo = []
+    for unit in units:
+        ops = [k for k in unit if specs[k].kind == "op" and specs[k].op != "skip"]
+        best = min((stats[k]["median"] for k in ops), default=0.0)
+        close = {k for k in ops if stats[k]["median"] <= best * (1 + margin)}
+        if len(close) < 2:
+            close = set()  # a clear winner needs no more rounds
+        noisy = {k for k in unit if stats[k]["iqr"] > rel_iqr * stats[k]["median"]}
+        if close or noisy:
+            todo.append([k for k in unit if k in close or k in noisy])
+    return todo
+
+
+def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: int = 60,
+                  block_time: float = 0.004, rel_iqr: float = 0.10, tie_margin: float = 0.03,
+                  extra_rounds: int = 300, seed: int = 0, source: str | None = None) -> dict:
     """Time every distinct (op, shape) of ``space`` and return the LUT as a dict."""
     if batch < 1:
         raise FbnasError("--batch must be at least 1")
@@ -117,15 +146,19 @@ def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: 
         fns[key] = runner(module, x)
 
     started = time.monotonic()
-    times = measure_interleaved(fns, threads, rounds=rounds, min_run_time=min_run_time,
-                                rel_iqr=rel_iqr, seed=seed, desc="profile")
+    warmup = 3
+    units = profile_units(specs)
+    timings = measure_rounds(
+        fns, threads, units=units, rounds=rounds, block_time=block_time, warmup=warmup,
+        refine=lambda stats: contenders(units, specs, stats, tie_margin, rel_iqr),
+        extra_rounds=extra_rounds, seed=seed, desc="profile")
     elapsed = time.monotonic() - started
+    stats = timings.summaries()
 
     entries = {}
     for key, spec in specs.items():
         flops, params = costs[key]
-        entries[key] = {**spec.fields(), **summarize(times[key]), "flops": flops,
-                        "params": params}
+        entries[key] = {**spec.fields(), **stats[key], "flops": flops, "params": params}
     return {
         "schema": SCHEMA,
         "space": {"name": space.name, "hash": space.hash, "source": source,
@@ -133,10 +166,14 @@ def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: 
         "environment": environment(threads),
         "protocol": {
             "batch": batch, "dtype": "float32", "memory_format": "contiguous",
-            "statistic": "median", "unit": "us", "mode": "eval+inference_mode",
-            "timer": "torch.utils.benchmark.Timer.blocked_autorange",
-            "min_run_time_s": min_run_time, "rounds": rounds, "interleaved": True,
-            "remeasure_rel_iqr": rel_iqr, "warmup_calls": 3, "seed": seed,
+            "unit": "us", "mode": "eval+inference_mode",
+            **protocol(rounds, block_time, warmup),
+            "units": "the candidates of one layer shape; the stem and the head",
+            "extra_rounds": {"max": extra_rounds, "run": timings.rounds_run - rounds,
+                             "for": f"non-skip candidates within {100 * tie_margin:g}% of "
+                                    f"their layer's fastest, and entries whose IQR exceeds "
+                                    f"{100 * rel_iqr:g}% of their median"},
+            "seed": seed,
             "profile_seconds": round(elapsed, 1),
         },
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -15,7 +15,7 @@ def tiny_lut_data():
     from fbnas.lut import profile_space
     from fbnas.space import load_space
 
-    return profile_space(load_space("tiny"), rounds=1, min_run_time=0.002)
+    return profile_space(load_space("tiny"), rounds=2, extra_rounds=2, block_time=0.001)
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ def space():
 
 @pytest.fixture(scope="module")
 def lut_data(space):
-    return profile_space(space, rounds=1, min_run_time=0.002)
+    return profile_space(space, rounds=2, extra_rounds=2, block_time=0.001)
 
 
 @pytest.fixture
@@ -182,7 +182,7 @@ def test_calibrated_table_and_changed_hash_warn(tmp_path, space, lut_path):
     assert e["predicted"]["calibrated"] is True
     assert e["predicted"]["latency_us"] == pytest.approx(1.2 * raw + 30.0, abs=1e-2)
     assert e["source"]["lut_hash"] != e["source"]["search_lut_hash"]
-    res = cli("latency", run / "arch.json", "--rounds", 1, "--min-time", 0.005)
+    res = cli("latency", run / "arch.json", "--rounds", 1, "--block-time", 0.005)
     assert res.exit_code == 0, res.output
     assert "calibrated" in res.stdout and "table sum" in res.stdout
 
@@ -266,7 +266,7 @@ def _write_one(path, entry):
 @pytest.mark.parametrize("command", ["summary", "latency", "export"])
 def test_bad_definition_files_are_one_line_errors(tmp_path, arch_file, command):
     extra = {"export": ["--random-weights", "--format", "pt2", "--out", tmp_path / "m.pt2"],
-             "latency": ["--rounds", 1, "--min-time", 0.001]}.get(command, [])
+             "latency": ["--rounds", 1, "--block-time", 0.001]}.get(command, [])
 
     def run(path, *more):
         return cli(command, path, *more, *extra)
@@ -299,7 +299,7 @@ def test_plain_hand_written_definition_works(tmp_path, space):
     res = cli("summary", tmp_path / "hand.json")
     assert res.exit_code == 0, res.output
     assert "no lookup table" in res.stdout
-    res = cli("latency", tmp_path / "hand.json", "--rounds", 1, "--min-time", 0.005)
+    res = cli("latency", tmp_path / "hand.json", "--rounds", 1, "--block-time", 0.005)
     assert res.exit_code == 0, res.output
     assert "measured" in res.stdout and "no lookup table" in res.stdout
 
@@ -324,7 +324,7 @@ def test_summary_per_layer_table(arch_file, lut_path):
 
 
 def test_latency_measured_vs_predicted(arch_file, lut_path):
-    res = cli("latency", arch_file, "--rounds", 1, "--min-time", 0.005)
+    res = cli("latency", arch_file, "--rounds", 1, "--block-time", 0.005)
     assert res.exit_code == 0, res.output
     lines = {l.split()[0]: l for l in res.stdout.splitlines() if l.split()}
     measured = float(lines["measured"].split()[1])

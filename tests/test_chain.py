@@ -23,7 +23,8 @@ def cli(*args):
 
 def test_profile_train_sample_retrain_export(tmp_path):
     lut = tmp_path / "tiny.json"
-    cli("profile", "--space", "tiny", "--out", lut, "--rounds", 1, "--min-time", 0.005)
+    cli("profile", "--space", "tiny", "--out", lut, "--rounds", 1, "--extra-rounds", 2,
+        "--block-time", 0.005)
     run = tmp_path / "search"
     common = ["--data-dir", CIFAR_SUBSET, "--threads", 1, "--set", "data.limit=600",
               "--set", "data.batch_size=32", "--set", "run.progress=false"]
@@ -49,7 +50,7 @@ def test_profile_train_sample_retrain_export(tmp_path):
     ckpt = load_checkpoint(rt)
     assert ckpt["kind"] == "model" and ckpt["definition"]["blocks"] == data["architectures"][name]["blocks"]
 
-    out = cli("latency", arch, "--name", name, "--lut", lut, "--rounds", 1, "--min-time", 0.01)
+    out = cli("latency", arch, "--name", name, "--lut", lut, "--rounds", 1, "--block-time", 0.01)
     assert "measured" in out and "predicted" in out
     out = cli("summary", arch, "--name", name, "--lut", lut)
     assert "total" in out

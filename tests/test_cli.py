@@ -28,12 +28,14 @@ def test_usage_error_exit_code_2():
 
 def test_profile_tiny_end_to_end_and_refuses_overwrite(tmp_path):
     out = tmp_path / "tiny.json"
-    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--min-time", 0.002)
+    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--extra-rounds", 2,
+            "--block-time", 0.002)
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())
     assert data["space"]["name"] == "tiny" and len(data["layers"]) == 4
     assert "fastest non-skip" in r.output
-    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--min-time", 0.002)
+    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--extra-rounds", 2,
+            "--block-time", 0.002)
     assert r.exit_code == 1 and "--force" in r.output and "Traceback" not in r.output
     r = run("show-lut", out, "--space", "tiny")
     assert r.exit_code == 0 and "4 layers" in r.output
@@ -55,7 +57,8 @@ def test_bad_inputs_are_one_line_errors(tmp_path, tiny_lut_file):
 
 
 def test_calibrate_stores_calibration_once(tiny_lut_file):
-    r = run("calibrate", tiny_lut_file, "--networks", 5, "--fit", 3, "--min-time", 0.005)
+    r = run("calibrate", tiny_lut_file, "--networks", 5, "--fit", 3, "--rounds", 4,
+            "--block-time", 0.005)
     assert r.exit_code == 0, r.output
     assert "calibrated table" in r.output
     assert "calibration" in json.loads(tiny_lut_file.read_text())
@@ -65,8 +68,8 @@ def test_calibrate_stores_calibration_once(tiny_lut_file):
 
 def test_profile_check_stores_calibration(tmp_path):
     out = tmp_path / "tiny.json"
-    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--min-time", 0.002,
-            "--check", 5)
+    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--extra-rounds", 2,
+            "--block-time", 0.002, "--check", 5)
     assert r.exit_code == 0, r.output
     cal = json.loads(out.read_text())["calibration"]
     assert cal["networks_fit"] == 2 and cal["networks_test"] == 3

@@ -73,8 +73,7 @@ def test_error_figures_by_hand():
 
 
 def test_calibration_fits_and_reports(tiny_lut_data):
-    report = calibrate_lut(LUT(tiny_lut_data), networks=6, fit=3, min_run_time=0.005,
-                           passes=1)
+    report = calibrate_lut(LUT(tiny_lut_data), networks=6, fit=3, rounds=2, block_time=0.002)
     cal = report.calibration()
     assert cal["networks_fit"] == 3 and cal["networks_test"] == 3
     assert set(cal["report"]) >= {"noise_floor", "calibrated_table_test", "flops_calibrated_test"}

@@ -117,7 +117,7 @@ def test_cli_refuses_reuse_and_mismatched_resume(tmp_path, tiny_lut_file, tiny_l
     r = CliRunner().invoke(main, base + ["--resume", "--space", "fbnet_cifar"])
     assert r.exit_code == 1 and "Traceback" not in r.output
     other = tmp_path / "other.json"
-    other.write_text(tiny_lut_file.read_text().replace('"min_run_time_s"', '"min_run_time_s" ', 1))
+    other.write_text(tiny_lut_file.read_text().replace('"block_time_s"', '"block_time_s" ', 1))
     r = CliRunner().invoke(main, base + ["--resume", "--lut", str(other)])
     assert r.exit_code == 1 and "differs" in r.output
 

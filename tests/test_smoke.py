@@ -37,7 +37,7 @@ def test_tiny_smoke_search_resume_and_sample(tmp_path):
     arch = json.loads((run / "arch.json").read_text())["architectures"]["smoke"]
     assert len(arch["blocks"]) == 4 and arch["predicted"]["latency_us"] > 0
     out = fbnas("latency", run / "arch.json", "--name", "smoke", "--rounds", 1,
-                "--min-time", 0.02)
+                "--block-time", 0.02)
     assert "measured" in out
     fbnas("export", run / "arch.json", "--name", "smoke", "--random-weights", "--format", "pt2",
           "--out", tmp_path / "smoke.pt2")
