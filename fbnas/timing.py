@@ -29,7 +29,6 @@ from typing import Callable
 
 import numpy as np
 import torch
-from scipy.ndimage import median_filter
 from torch.utils import benchmark
 
 import fbnas
