@@ -24,7 +24,7 @@ def main() -> None:
     ap.add_argument("--space", default="fbnet_cifar")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=60)
-    ap.add_argument("--extra-rounds", type=int, default=300)
+    ap.add_argument("--extra-time", type=float, default=60.0)
     ap.add_argument("--block-time", type=float, default=0.004)
     args = ap.parse_args()
 
@@ -35,11 +35,13 @@ def main() -> None:
     for run in range(2):
         t0 = time.monotonic()
         data = profile_space(space, threads=args.threads, rounds=args.rounds,
-                             extra_rounds=args.extra_rounds, block_time=args.block_time,
+                             extra_time=args.extra_time, block_time=args.block_time,
                              seed=run)
         walls.append(time.monotonic() - t0)
         luts.append(LUT(data))
-        print(f"run {run + 1}: {len(data['entries'])} entries in {walls[-1]:.1f} s wall")
+        print(f"run {run + 1}: {len(data['entries'])} entries in {walls[-1]:.1f} s wall, "
+              f"{data['protocol']['rounds']} rounds + "
+              f"{data['protocol']['extra_rounds']['run']} extra rounds")
     a, b = luts
     keys = list(a.data["entries"])
     ma = np.array([a.entry(k)["median"] for k in keys])

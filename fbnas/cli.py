@@ -59,16 +59,17 @@ def main() -> None:
               help="Batch size of the timed inputs.")
 @click.option("--rounds", default=60, show_default=True, type=click.IntRange(min=1),
               help="Rounds that time every entry once.")
-@click.option("--extra-rounds", default=300, show_default=True, type=click.IntRange(min=0),
-              help="Further rounds, only for the candidates within 3% of their layer's "
-                   "fastest (they decide its cheapest op) and for noisy entries.")
+@click.option("--extra-time", default=60.0, show_default=True, type=click.FloatRange(min=0),
+              help="Seconds of further rounds, only for candidates whose order against their "
+                   "layer's fastest is not yet settled (within 3% and 3 standard errors) and "
+                   "for noisy entries.")
 @click.option("--block-time", default=0.004, show_default=True,
               type=click.FloatRange(min=0.0001), help="Seconds per timed block of calls.")
 @click.option("--check", "check_n", default=0, show_default=True, type=click.IntRange(min=0),
               help="After profiling, calibrate and check on N random networks (see calibrate).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--force", is_flag=True, help="Overwrite an existing table.")
-def profile(space_name, out, threads, batch, rounds, extra_rounds, block_time, check_n, seed,
+def profile(space_name, out, threads, batch, rounds, extra_time, block_time, check_n, seed,
             force):
     """Time every candidate op at every searchable layer into a latency lookup table.
 
@@ -85,7 +86,7 @@ def profile(space_name, out, threads, batch, rounds, extra_rounds, block_time, c
     space = load_space(space_name)
     refuse_overwrite(out, force)
     data = profile_space(space, threads=threads, batch=batch, rounds=rounds,
-                         extra_rounds=extra_rounds, block_time=block_time, seed=seed,
+                         extra_time=extra_time, block_time=block_time, seed=seed,
                          source=str(space_name))
     if check_n:
         from fbnas.fidelity import calibrate_lut

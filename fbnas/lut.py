@@ -98,17 +98,26 @@ def profile_units(specs: dict[str, EntrySpec]) -> list[list[str]]:
 
 
 def contenders(units: list[list[str]], specs: dict[str, EntrySpec], stats: dict[str, dict],
-               margin: float, rel_iqr: float) -> list[list[str]]:
-    """What deserves more rounds: per unit, the non-skip candidates within ``margin`` of the
-    fastest one (their order decides which op a layer's cheapest choice is), and any entry
-    whose IQR exceeds ``rel_iqr`` of its median."""
+               margin: float, rel_iqr: float, z: float = 3.0) -> list[list[str]]:
+    """What deserves more rounds: per unit, the non-skip candidates whose gap to the fastest
+    one is below both ``margin`` (relative) and ``z`` standard errors of the difference (their
+    order, not yet settled, decides which op is the layer's cheapest), and any entry whose
+    IQR exceeds ``rel_iqr`` of its median."""
+
+    def se(k: str) -> float:  # standard error of a median, from the IQR of normal noise
+        return 1.2533 * stats[k]["iqr"] / 1.349 / math.sqrt(stats[k]["runs"])
+
     todo = []
     for unit in units:
         ops = [k for k in unit if specs[k].kind == "op" and specs[k].op != "skip"]
-        best = min((stats[k]["median"] for k in ops), default=0.0)
-        close = {k for k in ops if stats[k]["median"] <= best * (1 + margin)}
+        close = set()
+        if len(ops) > 1:
+            best = min(ops, key=lambda k: stats[k]["median"])
+            m = stats[best]["median"]
+            close = {k for k in ops if stats[k]["median"] - m
+                     <= min(margin * m, z * math.hypot(se(k), se(best)))}
         if len(close) < 2:
-            close = set()  # a clear winner needs no more rounds
+            close = set()  # a settled winner needs no more rounds
         noisy = {k for k in unit if stats[k]["iqr"] > rel_iqr * stats[k]["median"]}
         if close or noisy:
             todo.append([k for k in unit if k in close or k in noisy])
@@ -117,7 +126,8 @@ def contenders(units: list[list[str]], specs: dict[str, EntrySpec], stats: dict[
 
 def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: int = 60,
                   block_time: float = 0.004, rel_iqr: float = 0.10, tie_margin: float = 0.03,
-                  extra_rounds: int = 300, seed: int = 0, source: str | None = None) -> dict:
+                  extra_time: float = 60.0, extra_rounds: int = 100_000, seed: int = 0,
+                  source: str | None = None) -> dict:
     """Time every distinct (op, shape) of ``space`` and return the LUT as a dict."""
     if batch < 1:
         raise FbnasError("--batch must be at least 1")
@@ -151,7 +161,7 @@ def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: 
     timings = measure_rounds(
         fns, threads, units=units, rounds=rounds, block_time=block_time, warmup=warmup,
         refine=lambda stats: contenders(units, specs, stats, tie_margin, rel_iqr),
-        extra_rounds=extra_rounds, seed=seed, desc="profile")
+        extra_rounds=extra_rounds, extra_time=extra_time, seed=seed, desc="profile")
     elapsed = time.monotonic() - started
     stats = timings.summaries()
 
@@ -169,10 +179,10 @@ def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: 
             "unit": "us", "mode": "eval+inference_mode",
             **protocol(rounds, block_time, warmup),
             "units": "the candidates of one layer shape; the stem and the head",
-            "extra_rounds": {"max": extra_rounds, "run": timings.rounds_run - rounds,
-                             "for": f"non-skip candidates within {100 * tie_margin:g}% of "
-                                    f"their layer's fastest, and entries whose IQR exceeds "
-                                    f"{100 * rel_iqr:g}% of their median"},
+            "extra_rounds": {"max_seconds": extra_time, "run": timings.rounds_run - rounds,
+                             "for": f"non-skip candidates within {100 * tie_margin:g}% and 3 "
+                                    f"standard errors of their layer's fastest, and entries "
+                                    f"whose IQR exceeds {100 * rel_iqr:g}% of their median"},
             "seed": seed,
             "profile_seconds": round(elapsed, 1),
         },

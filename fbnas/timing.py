@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import platform
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -190,15 +191,18 @@ def measure_rounds(
     warmup: int = 3,
     refine: Callable[[dict[str, dict]], list[list[str]]] | None = None,
     extra_rounds: int = 0,
+    extra_time: float | None = None,
+    refine_every: int = 10,
     seed: int = 0,
     desc: str = "timing",
 ) -> Timings:
     """Time every item once per round, unit by unit (see the module docstring).
 
     ``units`` groups the keys of ``items`` that should be timed back to back (default: every
-    item alone). After the regular rounds, up to ``extra_rounds`` more rounds time only the
-    units that ``refine`` picks, given the current summaries (it returns an empty list when
-    nothing needs more timing).
+    item alone). After the regular rounds, up to ``extra_rounds`` more rounds (and at most
+    ``extra_time`` seconds of them) time only the units that ``refine`` picks, given the
+    current summaries; it is asked again every ``refine_every`` rounds and returns an empty
+    list when nothing needs more timing.
     """
     set_threads(threads)
     rng = random.Random(seed)
@@ -234,8 +238,13 @@ def measure_rounds(
 
         for r in range(rounds):
             one_round(r, units)
+        started = time.monotonic()
+        todo: list[list[str]] = []
         for r in range(rounds, rounds + extra_rounds):
-            todo = [u for u in refine(out.summaries()) if u] if refine is not None else []
+            if extra_time is not None and time.monotonic() - started >= extra_time:
+                break
+            if (r - rounds) % max(1, refine_every) == 0:
+                todo = [u for u in refine(out.summaries()) if u] if refine is not None else []
             if not todo:
                 break
             progress.add(sum(len(u) for u in todo))

@@ -23,7 +23,7 @@ def cli(*args):
 
 def test_profile_train_sample_retrain_export(tmp_path):
     lut = tmp_path / "tiny.json"
-    cli("profile", "--space", "tiny", "--out", lut, "--rounds", 1, "--extra-rounds", 2,
+    cli("profile", "--space", "tiny", "--out", lut, "--rounds", 1, "--extra-time", 0.05,
         "--block-time", 0.005)
     run = tmp_path / "search"
     common = ["--data-dir", CIFAR_SUBSET, "--threads", 1, "--set", "data.limit=600",

@@ -28,13 +28,13 @@ def test_usage_error_exit_code_2():
 
 def test_profile_tiny_end_to_end_and_refuses_overwrite(tmp_path):
     out = tmp_path / "tiny.json"
-    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--extra-rounds", 2,
+    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--extra-time", 0.05,
             "--block-time", 0.002)
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())
     assert data["space"]["name"] == "tiny" and len(data["layers"]) == 4
     assert "fastest non-skip" in r.output
-    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--extra-rounds", 2,
+    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--extra-time", 0.05,
             "--block-time", 0.002)
     assert r.exit_code == 1 and "--force" in r.output and "Traceback" not in r.output
     r = run("show-lut", out, "--space", "tiny")
@@ -68,7 +68,7 @@ def test_calibrate_stores_calibration_once(tiny_lut_file):
 
 def test_profile_check_stores_calibration(tmp_path):
     out = tmp_path / "tiny.json"
-    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--extra-rounds", 2,
+    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--extra-time", 0.05,
             "--block-time", 0.002, "--check", 5)
     assert r.exit_code == 0, r.output
     cal = json.loads(out.read_text())["calibration"]

@@ -59,7 +59,7 @@ def test_rounds_time_units_back_to_back_and_refine_picks_extra_rounds():
         return [["a", "b"]] if len(asked) < 3 else []
 
     t = measure_rounds({k: fn(k) for k in calls}, threads=1, units=[["a", "b"], ["c", "d", "e"]],
-                       rounds=4, block_time=0.0005, refine=refine, extra_rounds=5)
+                       rounds=4, block_time=0.0005, refine=refine, extra_rounds=5, refine_every=1)
     assert t.rounds_run == 6  # 4 regular, 2 refined, then refine asked for nothing
     for r in range(4):
         seq = [k for k, rr in zip(t.block_keys, t.block_rounds) if rr == r]
@@ -83,7 +83,18 @@ def test_contenders_are_near_ties_for_fastest_and_noisy_entries():
     stats = {"k3_e1": {"median": 100.0, "iqr": 2.0}, "k5_e1": {"median": 102.0, "iqr": 2.0},
              "k3_e6": {"median": 200.0, "iqr": 4.0}, "skip": {"median": 1.0, "iqr": 0.05}}
     units = [list(specs)]
+    for s in stats.values():
+        s["runs"] = 100
+    # 2% apart with a standard error of the difference near 0.3%: not settled at 3% margin
+    # unless the noise says it is
+    assert contenders(units, specs, stats, margin=0.03, rel_iqr=0.1) == []
+    stats["k5_e1"]["median"] = 100.5
+    assert contenders(units, specs, stats, margin=0.03, rel_iqr=0.1) == [["k3_e1", "k5_e1"]]
+    assert contenders(units, specs, stats, margin=0.004, rel_iqr=0.1) == []
+    stats["k5_e1"]["median"] = 102.0
+    stats["k3_e1"]["iqr"] = stats["k5_e1"]["iqr"] = 10.0  # now 2% is within the noise
     assert contenders(units, specs, stats, margin=0.03, rel_iqr=0.1) == [["k3_e1", "k5_e1"]]
     assert contenders(units, specs, stats, margin=0.01, rel_iqr=0.1) == []
+    stats["k3_e1"]["iqr"] = stats["k5_e1"]["iqr"] = 2.0
     stats["k3_e6"]["iqr"] = 50.0
     assert contenders(units, specs, stats, margin=0.01, rel_iqr=0.1) == [["k3_e6"]]
