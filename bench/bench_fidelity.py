@@ -23,7 +23,7 @@ def main() -> None:
     ap.add_argument("--networks", type=int, default=50)
     ap.add_argument("--fit", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--rounds", type=int, default=60)
     ap.add_argument("--block-time", type=float, default=0.004)
     args = ap.parse_args()
     lut = load_lut(args.lut)

@@ -23,8 +23,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--space", default="fbnet_cifar")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=60)
-    ap.add_argument("--extra-time", type=float, default=60.0)
+    ap.add_argument("--rounds", type=int, default=80)
+    ap.add_argument("--extra-time", type=float, default=50.0)
     ap.add_argument("--block-time", type=float, default=0.004)
     args = ap.parse_args()
 

@@ -57,9 +57,9 @@ def main() -> None:
               help="torch intra-op threads used while timing (recorded in the table).")
 @click.option("--batch", default=1, show_default=True, type=click.IntRange(min=1),
               help="Batch size of the timed inputs.")
-@click.option("--rounds", default=60, show_default=True, type=click.IntRange(min=1),
+@click.option("--rounds", default=80, show_default=True, type=click.IntRange(min=1),
               help="Rounds that time every entry once.")
-@click.option("--extra-time", default=60.0, show_default=True, type=click.FloatRange(min=0),
+@click.option("--extra-time", default=50.0, show_default=True, type=click.FloatRange(min=0),
               help="Seconds of further rounds, only for candidates whose order against their "
                    "layer's fastest is not yet settled (within 3% and 3 standard errors) and "
                    "for noisy entries.")
@@ -108,7 +108,7 @@ def profile(space_name, out, threads, batch, rounds, extra_time, block_time, che
 @click.option("--fit", default=20, show_default=True, type=click.IntRange(min=2),
               help="How many of them fit the calibration; the rest test it.")
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--rounds", default=40, show_default=True, type=click.IntRange(min=2),
+@click.option("--rounds", default=60, show_default=True, type=click.IntRange(min=2),
               help="Rounds that time every network and entry once (even and odd rounds give "
                    "the two timings of the noise floor).")
 @click.option("--block-time", default=0.004, show_default=True,

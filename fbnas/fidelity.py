@@ -100,7 +100,7 @@ def random_archs(lut: LUT, n: int, seed: int) -> list[list[str]]:
 
 
 def calibrate_lut(lut: LUT, networks: int = 50, fit: int = 20, seed: int = 0,
-                  rounds: int = 40, block_time: float = 0.004) -> FidelityReport:
+                  rounds: int = 60, block_time: float = 0.004) -> FidelityReport:
     """Time ``networks`` random networks and the table's entries; fit and score a calibration.
 
     Networks (each a unit of its own) and entries (units as in the profile) share ``rounds``

@@ -124,9 +124,9 @@ def contenders(units: list[list[str]], specs: dict[str, EntrySpec], stats: dict[
     return todo
 
 
-def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: int = 60,
+def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: int = 80,
                   block_time: float = 0.004, rel_iqr: float = 0.10, tie_margin: float = 0.03,
-                  extra_time: float = 60.0, extra_rounds: int = 100_000, seed: int = 0,
+                  extra_time: float = 50.0, extra_rounds: int = 100_000, seed: int = 0,
                   source: str | None = None) -> dict:
     """Time every distinct (op, shape) of ``space`` and return the LUT as a dict."""
     if batch < 1:
