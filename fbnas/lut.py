@@ -337,13 +337,18 @@ class LUT:
             lines.append(f"profiling took {prot['profile_seconds']:.0f} s")
         cands = self.layer_candidates()
         costs = self.layer_costs()
-        lines.append(f"{'layer':>5} {'shape':>22}  fastest non-skip  slowest        (us)")
+        lines.append(f"{'layer':>5} {'shape':>22}  fastest non-skip  runner-up          "
+                     f"slowest        (us)")
         for row, names, c in zip(d["layers"], cands, costs):
             fast = fastest_non_skip(names, c)
             slow = max(range(len(c)), key=c.__getitem__)
+            others = [i for i, n in enumerate(names) if n != "skip" and i != fast]
+            second = min(others, key=c.__getitem__) if others else None
+            runner_up = (f"{names[second]:<10}{100 * (c[second] / c[fast] - 1):+6.1f}%"
+                         if second is not None else "-")
             shape = f"{row['c_in']}->{row['c_out']} s{row['stride']} {row['h']}x{row['w']}"
             lines.append(f"{row['index']:>5} {shape:>22}  {names[fast]:<10}{c[fast]:7.1f}  "
-                         f"{names[slow]:<8}{c[slow]:7.1f}")
+                         f"{runner_up:<17}  {names[slow]:<8}{c[slow]:7.1f}")
         fixed = self.fixed_cost()
         lo = fixed + sum(min(c) for c in costs)
         hi = fixed + sum(max(c) for c in costs)

@@ -33,7 +33,7 @@ def test_profile_tiny_end_to_end_and_refuses_overwrite(tmp_path):
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())
     assert data["space"]["name"] == "tiny" and len(data["layers"]) == 4
-    assert "fastest non-skip" in r.output
+    assert "fastest non-skip" in r.output and "runner-up" in r.output
     r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--extra-time", 0.05,
             "--block-time", 0.002)
     assert r.exit_code == 1 and "--force" in r.output and "Traceback" not in r.output
