@@ -372,9 +372,9 @@ def _arch_options(f):
               help="torch intra-op threads [default: the table's, else 1].")
 @click.option("--batch", default=None, type=click.IntRange(min=1),
               help="Batch size [default: the table's, else 1].")
-@click.option("--rounds", default=40, show_default=True, type=click.IntRange(min=1),
-              help="Timed blocks.")
-@click.option("--block-time", default=0.02, show_default=True,
+@click.option("--rounds", default=60, show_default=True, type=click.IntRange(min=1),
+              help="Rounds, each timing the network and its table entries once.")
+@click.option("--block-time", default=0.004, show_default=True,
               type=click.FloatRange(min=0.0001), help="Seconds per timed block of calls.")
 @click.option("--seed", default=0, show_default=True, type=int)
 def latency(arch_path, name, lut_path, threads, batch, rounds, block_time, seed):

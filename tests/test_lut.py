@@ -3,7 +3,7 @@ import json
 import pytest
 
 from fbnas.errors import FbnasError
-from fbnas.fidelity import calibrate_lut, errors
+from fbnas.fidelity import calibrate_lut, errors, random_archs
 from fbnas.lut import LUT, SCHEMA, load_lut
 from fbnas.space import load_space
 
@@ -79,3 +79,36 @@ def test_calibration_fits_and_reports(tiny_lut_data):
     assert set(cal["report"]) >= {"noise_floor", "calibrated_table_test", "flops_calibrated_test"}
     assert (report.measured > 0).all()
     LUT({**tiny_lut_data, "calibration": cal})  # a stored calibration validates
+
+
+def test_fit_networks_span_skip_shares_and_test_networks_are_uniform():
+    lut = load_lut_from_space("fbnet_cifar")
+    archs = random_archs(lut, 60, seed=0, spread=20)
+    skips = [sum(op == "skip" for op in a) for a in archs]
+    assert skips[0] == 0 and skips[19] >= 12  # none at first, about 80% of 22 at the end
+    assert sum(skips[:10]) < sum(skips[10:20])
+    # uniform draws: about 1 in 9 layers is skip
+    assert 0.05 < sum(skips[20:]) / (40 * 22) < 0.2
+    assert archs == random_archs(lut, 60, seed=0, spread=20)
+
+
+def load_lut_from_space(name):
+    """A table for a bundled space with made-up latencies (no timing): for sampling tests."""
+    from fbnas.lut import fixed_entries, layer_entries
+
+    space = load_space(name)
+    entries, layers = {}, []
+    for layer in space.layers:
+        cand = layer_entries(layer, 1)
+        for spec in cand.values():
+            entries[spec.key] = {**spec.fields(), "median": 1.0, "iqr": 0.0, "min": 1.0,
+                                 "runs": 1, "flops": 1, "params": 0}
+        layers.append({"index": layer.index, "candidates": {op: s.key for op, s in cand.items()}})
+    fixed = fixed_entries(space, 1)
+    for spec in fixed.values():
+        entries[spec.key] = {**spec.fields(), "median": 1.0, "iqr": 0.0, "min": 1.0, "runs": 1,
+                             "flops": 1, "params": 0}
+    return LUT({"schema": SCHEMA, "space": {"name": name, "hash": space.hash,
+                                            "definition": space.raw},
+                "environment": {"threads": 1}, "protocol": {"batch": 1}, "entries": entries,
+                "fixed": {k: s.key for k, s in fixed.items()}, "layers": layers})
