@@ -599,7 +599,7 @@ def measure_latency(defn: dict, threads: int, batch: int, rounds: int = 60,
     """
     import torch
 
-    from fbnas.lut import fixed_entries, layer_entries, profile_units
+    from fbnas.lut import arch_entries, profile_units
     from fbnas.model import Network
     from fbnas.timing import measure_rounds, runner, set_threads
 
@@ -611,12 +611,11 @@ def measure_latency(defn: dict, threads: int, batch: int, rounds: int = 60,
     units = [["network"]]
     if lut is not None:
         space = lut.space()
-        specs = list(fixed_entries(space, batch).values())
-        specs += [layer_entries(layer, batch)[op] for layer, op in zip(space.layers, ops)]
+        specs = arch_entries(space, ops, batch)
         uses = [spec.key for spec in specs]
         distinct = {spec.key: spec for spec in specs}
         for key, spec in distinct.items():
-            items[key] = runner(spec.build(space), torch.randn(batch, spec.c_in, spec.h, spec.w))
+            items[key] = runner(spec.build(space), spec.input())
         units += profile_units(distinct)
     timings = measure_rounds(items, threads, units=units, rounds=rounds, block_time=block_time,
                              seed=seed, desc="latency")

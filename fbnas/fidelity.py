@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from scipy.stats import kendalltau
 
-from fbnas.lut import LUT, fixed_entries, layer_entries, profile_units
+from fbnas.lut import LUT, arch_entries, fixed_entries, layer_entries, profile_units
 from fbnas.model import Network
 from fbnas.timing import measure_rounds, runner, set_threads
 
@@ -138,25 +138,22 @@ def calibrate_lut(lut: LUT, networks: int = 50, fit: int = 20, seed: int = 0,
     for layer in space.layers:
         specs.update({s.key: s for s in layer_entries(layer, batch).values()})
     for key, spec in specs.items():
-        items[key] = runner(spec.build(space), torch.randn(batch, spec.c_in, spec.h, spec.w))
+        items[key] = runner(spec.build(space), spec.input())
     units = [[f"net{i}"] for i in range(networks)] + profile_units(specs)
     timings = measure_rounds(items, threads, units=units, rounds=max(2, rounds),
                              block_time=block_time, seed=seed, desc="networks and entries")
+    stats = timings.summaries()
     corrected = timings.corrected()
 
-    def med(key, parity=None):
+    def half(key, parity):
         return float(np.median(timings.blocks(key, parity, corrected))) * 1e6
 
     keys = [f"net{i}" for i in range(networks)]
-    pass_a = np.array([med(k, 0) for k in keys])
-    pass_b = np.array([med(k, 1) for k in keys])
-    measured = np.array([med(k) for k in keys])
-    retimed_us = {k: med(k) for k in specs}
-    fixed_keys = [s.key for s in fixed_entries(space, batch).values()]
-    retimed_sum = np.array([
-        sum(retimed_us[k] for k in fixed_keys)
-        + sum(retimed_us[layer_entries(layer, batch)[op].key] for layer, op in zip(space.layers, ops))
-        for ops in archs])
+    pass_a = np.array([half(k, 0) for k in keys])
+    pass_b = np.array([half(k, 1) for k in keys])
+    measured = np.array([stats[k]["median"] for k in keys])
+    retimed_sum = np.array([sum(stats[s.key]["median"] for s in arch_entries(space, ops, batch))
+                            for ops in archs])
     report = FidelityReport(
         lut=lut, archs=archs, fit=fit, measured=measured, pass_a=pass_a, pass_b=pass_b,
         raw=np.array([lut.raw_sum(ops) for ops in archs]), retimed=retimed_sum,

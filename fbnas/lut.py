@@ -45,6 +45,10 @@ class EntrySpec:
             return Head(self.c_in, space.head_channels, space.num_classes)
         return build_op(self.op, self.c_in, self.c_out, self.stride)
 
+    def input(self) -> torch.Tensor:
+        """A random input of the entry's shape."""
+        return torch.randn(self.batch, self.c_in, self.h, self.w)
+
     def fields(self) -> dict:
         return {"kind": self.kind, "op": self.op, "c_in": self.c_in, "c_out": self.c_out,
                 "stride": self.stride, "h": self.h, "w": self.w, "batch": self.batch}
@@ -76,6 +80,13 @@ def fixed_entries(space: SearchSpace, batch: int) -> dict[str, EntrySpec]:
                           "head", f"head_{space.head_channels}x{space.num_classes}",
                           space.final_channels, space.head_channels, 1, fh, fw, batch),
     }
+
+
+def arch_entries(space: SearchSpace, ops: list[str], batch: int) -> list[EntrySpec]:
+    """The entries whose sum is the table's latency of an architecture: the stem, the head
+    and each layer's chosen op."""
+    return [*fixed_entries(space, batch).values(),
+            *(layer_entries(layer, batch)[op] for layer, op in zip(space.layers, ops))]
 
 
 def count_cost(module: nn.Module, x: torch.Tensor) -> tuple[int, int]:
@@ -150,8 +161,7 @@ def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: 
 
     fns, costs = {}, {}
     for key, spec in specs.items():
-        module = spec.build(space)
-        x = torch.randn(batch, spec.c_in, spec.h, spec.w)
+        module, x = spec.build(space), spec.input()
         costs[key] = count_cost(module, x)
         fns[key] = runner(module, x)
 
