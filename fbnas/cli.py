@@ -261,7 +261,13 @@ def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overri
 
         # report a bad --out once, before starting processes
         prepare_run_dir(Path(out or "runs/search"), resume, force, clear=False)
-        sys.exit(launch_processes(ctx, nproc, threads))
+        code = launch_processes(ctx, nproc, threads)
+        # torch's launcher can leave native threads behind whose teardown at interpreter exit
+        # aborts this (parent) process after the run succeeded (SIGABRT, "terminate called
+        # without an active exception"); it holds nothing else to tear down, so skip that
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
     out = out or Path("runs/search")
     cfg = run_config(config_path, out, resume, force, overrides, download,
