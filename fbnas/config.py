@@ -58,11 +58,23 @@ class SearchConfig:
     # loop: every candidate in turn (the reference); fast: channels_last and fused mixed ops,
     # the same math and checkpoints, quicker soft steps (see fbnas/fused.py)
     supernet: str = _choices("loop", "fast", default="fast")
+    # every residual candidate starts as the identity (its last BN scale is zero), so the
+    # candidates of a layer are interchangeable at initialisation
+    zero_init_residual: bool = True
+    # hard mode: mix all candidates of transition layers (stride 2 or new width) instead of
+    # switching between their unrelated representations at every step
+    soft_transitions: bool = True
+    # training images run through the evaluated path to re-estimate its BN statistics
+    # before each evaluation (0 = use the running statistics of the shared weights)
+    recalibrate_images: int = 1024
 
 
 @dataclass
 class LossConfig:
     form: str = _choices("paper", "target", default="paper")
+    # alpha scales the whole loss, so with Adam on theta it changes the weights' effective
+    # learning rate only, not the accuracy/latency trade-off; beta (and, in the target form,
+    # target_ms) moves the trade-off
     alpha: float = 0.2
     beta: float = 0.6
     target_ms: Optional[float] = None  # the budget of the target form
@@ -222,6 +234,7 @@ def validate(cfg: Config) -> Config:
     need(0 < d.theta_fraction < 1, "config key data.theta_fraction must be in (0, 1)")
     need(d.batch_size >= 1 and d.eval_batch_size >= 1, "config key data.batch_size must be >= 1")
     need(d.limit >= 0, "config key data.limit must be >= 0")
+    need(s.recalibrate_images >= 0, "config key search.recalibrate_images must be >= 0")
     need(s.epochs >= 1, "config key search.epochs must be at least 1")
     need(0 <= cfg.warmup_epochs <= s.epochs,
          "config key search.warmup_epochs must be between 0 and search.epochs")

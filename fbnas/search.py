@@ -21,7 +21,10 @@ from fbnas.io import file_hash
 from fbnas.loss import paper_loss, target_loss
 from fbnas.lut import load_lut
 from fbnas.space import load_space
-from fbnas.supernet import Supernet
+from fbnas.data import BatchLoader
+from fbnas.health import skip_count
+from fbnas.pictures import progress_chart, theta_heatmap, write_png
+from fbnas.supernet import Supernet, recalibrated_bn
 from fbnas.trainer import Batch, Trainer, launch, load_checkpoint, resume_config
 
 __all__ = ["Search", "run_search", "resume_config", "load_checkpoint", "temperature"]
@@ -74,9 +77,30 @@ class Search(Trainer):
         seed = self.cfg.run.seed
         self.train_loader = self.train_batches(data, splits["weights"], seed, **common)
         self.theta_loader = self.train_batches(data, splits["theta"], seed + 1, **common)
+        # the same un-augmented weight-split images on every process, so that recalibrated
+        # statistics agree across ranks without communication
+        n = min(self.cfg.search.recalibrate_images, len(splits["weights"]))
+        self.recal_loader = None
+        if n:
+            self.recal_loader = BatchLoader(
+                data.train_images, data.train_labels, splits["weights"][:n],
+                self.cfg.data.batch_size, train=False, seed=0, drop_last=False,
+                **{**common, "rank": 0, "world_size": 1})
+
+    def evaluate(self, loader) -> dict:
+        """Score the deterministic (argmax or softmax) supernet with its own BN statistics."""
+        if self.recal_loader is None:
+            return super().evaluate(loader)
+        mode = self.cfg.search.eval_mode
+        with recalibrated_bn(self.net, (x for x, _ in self.recal_loader),
+                             lambda x: self.net(x, mode=mode)):
+            return super().evaluate(loader)
 
     def build_model(self) -> Supernet:
-        return Supernet(self.space, self.lut, self.cfg.search.cost, impl=self.cfg.search.supernet)
+        s = self.cfg.search
+        return Supernet(self.space, self.lut, s.cost, impl=s.supernet,
+                        zero_init_residual=s.zero_init_residual,
+                        soft_transitions=s.soft_transitions)
 
     def build_optimizers(self) -> dict:
         ow, ot = self.cfg.optim.weights, self.cfg.optim.theta
@@ -162,19 +186,22 @@ class Search(Trainer):
                 f"{cfg.search.supernet}")
 
     def epoch_extras(self, epoch: int) -> dict:
+        ops = self.net.argmax_ops()
         return {"temperature": temperature(self.cfg, epoch),
-                "cost_argmax": self.net.cost_of(self.net.argmax_ops()),
-                "cost_expected": self.net.expected_cost()}
+                "cost_argmax": self.net.cost_of(ops),
+                "cost_expected": self.net.expected_cost(),
+                "argmax_skips": skip_count(ops), "layers": len(ops)}
 
     def epoch_line_extras(self, r: dict) -> list[str]:
         metric = self.cfg.search.cost
         return [f"tau {r['temperature']:.3f}",
-                f"argmax {format_cost(r['cost_argmax'], metric)}, expected "
-                f"{format_cost(r['cost_expected'], metric)}"]
+                f"argmax {format_cost(r['cost_argmax'], metric)} ({r['argmax_skips']}/"
+                f"{r['layers']} skip), expected {format_cost(r['cost_expected'], metric)}"]
 
     def log_epoch_extras(self, epoch: int) -> None:
         w, step = self.writer, epoch + 1
         probs = self.net.probabilities()
+        self._draw(epoch, probs)
         for i, p in enumerate(probs):
             entropy = float(-(p * p.clamp_min(1e-12).log()).sum())
             w.add_scalar(f"theta_entropy/layer_{i:02d}", entropy, step)
@@ -184,6 +211,24 @@ class Search(Trainer):
             j = int(p.argmax())
             rows.append(f"| {i} | {layer.candidates[j]} | {float(p[j]):.3f} |")
         w.add_text("argmax_architecture", "\n".join(rows), step)
+
+    def _draw(self, epoch: int, probs: list[torch.Tensor]) -> None:
+        """softmax(theta) as a heatmap, and val top-1 and argmax cost over the epochs, to
+        TensorBoard and as PNGs in RUN_DIR/pictures/."""
+        names = [list(layer.candidates) for layer in self.net.layers]
+        heat = theta_heatmap([p.tolist() for p in probs], names,
+                             f"softmax(theta) after epoch {epoch + 1}")
+        h = self.history
+        scale, unit = ((1e-3, "ms") if self.cfg.search.cost == "latency" else (1e-6, "M"))
+        chart = progress_chart([r["epoch"] for r in h], [r.get("val_top1") for r in h],
+                               [r["cost_argmax"] * scale for r in h],
+                               f"search {self.space.name}",
+                               f"argmax {self.cfg.search.cost} ({unit})")
+        folder = self.paths.root / "pictures"
+        write_png(folder / f"theta_epoch{epoch + 1:03d}.png", heat)
+        write_png(folder / "progress.png", chart)
+        self.writer.add_image("theta_heatmap", heat, epoch + 1, dataformats="HWC")
+        self.writer.add_image("progress", chart, epoch + 1, dataformats="HWC")
 
     def summary(self, stopped: bool) -> dict:
         ops = self.net.argmax_ops()

@@ -29,6 +29,7 @@ from fbnas.data import BatchLoader, Dataset, load_dataset, make_splits
 from fbnas.dist import (DistInfo, all_reduce_sum, barrier, init_from_env, peer_failed,
                         ranks_agree, run_on_main, shutdown, sync_buffers)
 from fbnas.errors import FbnasError
+from fbnas.health import epoch_warnings
 from fbnas.io import CHECKPOINT_FORMAT, atomic_write, load_torch
 from fbnas.progress import Progress
 
@@ -509,6 +510,8 @@ class Trainer:
                     barrier(self.info)
                     self._log_epoch(epoch, record)
                     self.log(self._epoch_line(record))
+                    for warning in epoch_warnings(self.history, self.classes):
+                        self.log(f"warning: {warning}")
                     done_now += 1
                     if self.stop_requested or (stop_after is not None and done_now >= stop_after):
                         if self.epoch < self.epochs:

@@ -10,7 +10,39 @@ from fbnas.supernet import Supernet, gumbel_softmax
 @pytest.fixture
 def supernet(tiny_lut_data):
     torch.manual_seed(0)
-    return Supernet(load_space("tiny"), LUT(tiny_lut_data))
+    # the wiring of the paper's supernet: every candidate computes something from the start
+    # (residual bodies otherwise start at zero and get gradients only after a step) and hard
+    # mode runs one candidate in every layer
+    return Supernet(load_space("tiny"), LUT(tiny_lut_data), zero_init_residual=False,
+                    soft_transitions=False)
+
+
+def test_candidates_start_interchangeable(tiny_lut_data):
+    """Residual candidates start as the identity; transition layers mix in hard mode."""
+    torch.manual_seed(0)
+    net = Supernet(load_space("tiny"), LUT(tiny_lut_data)).eval()
+    x = torch.randn(2, 8, 16, 16)
+    residual = [m for m in net.layers if not m.transition]
+    assert residual, "the tiny space has a residual layer"
+    layer = residual[0]
+    for op, name in zip(layer.ops, layer.candidates):
+        if name != "skip" and op.residual:
+            assert torch.equal(op(x), x), name
+    transitions = [m for m in net.layers if m.transition]
+    assert transitions and all(m.soft_transition for m in transitions)
+    w, idx = transitions[0].weights("hard", 5.0, None)
+    assert idx is None and w.dim() == 1 and float(w.detach().min()) > 0  # every candidate mixed
+    w, idx = residual[0].weights("hard", 5.0, None)
+    assert idx is not None  # one candidate runs
+    # argmax evaluation of a transition weights the candidates by softmax(theta)
+    w, idx = transitions[0].weights("argmax", 1.0, None)
+    assert idx is None and torch.allclose(w, F.softmax(transitions[0].theta, -1))
+    # the last BN scale of a zero-initialised body still gets a gradient
+    net.train()
+    logits, _ = net(torch.randn(4, 3, 32, 32), tau=5.0, mode="soft")
+    logits.sum().backward()
+    op = next(op for op in layer.ops if getattr(op, "residual", False))
+    assert op.body[-1][1].weight.grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize("mode,per_sample", [("soft", False), ("hard", False), ("soft", True),
@@ -53,20 +85,26 @@ def test_one_draw_weights_both_outputs_and_cost(supernet):
     """The cost must come from the same Gumbel sample that chose the ops (not a second draw)."""
     torch.manual_seed(3)
     x = torch.randn(2, 3, 32, 32)
-    chosen = []
+    drawn = []
     for layer in supernet.layers:
         orig = layer.weights
 
         def spy(mode, tau, samples, orig=orig, layer=layer):
             w, idx = orig(mode, tau, samples)
-            chosen.append(layer.candidates[int(idx)])
+            drawn.append((layer, w.detach(), idx))
             return w, idx
 
         layer.weights = spy
     for _ in range(5):
-        chosen.clear()
+        drawn.clear()
         _, cost = supernet(x, tau=1.0, mode="hard")
-        assert float(cost.detach()) == pytest.approx(supernet.cost_of(chosen), rel=1e-5)
+        # one op where a layer ran one; the drawn mixing weights on (soft) transition layers
+        expected = supernet.fixed_cost + sum(
+            float(layer.cost[int(idx)]) if idx is not None else float((w * layer.cost).sum())
+            for layer, w, idx in drawn)
+        expected = supernet.cal_a * expected + supernet.cal_b
+        assert float(cost.detach()) == pytest.approx(expected, rel=1e-5)
+        assert any(idx is not None for _, _, idx in drawn)
 
 
 def test_deterministic_eval_modes(supernet):

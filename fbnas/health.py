@@ -1,0 +1,73 @@
+"""Warnings for the ways a differentiable search goes wrong, read from the epoch history.
+
+Each check looks at the records the trainer already keeps (one dict per epoch) and returns
+a one-line warning naming the likely cause and what to change, or None. They only warn: a
+run that looks stuck early can still recover, and the user decides whether to stop it.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def chance_ce(classes: int) -> float:
+    """Cross-entropy of a uniform guess: what a network that learned nothing scores."""
+    return math.log(classes)
+
+
+def check_not_learning(history: list[dict], classes: int, patience: int = 2,
+                       margin: float = 0.05) -> str | None:
+    """The weights' training CE has stayed at ln(classes) (from ``margin`` below to 50% above)
+    for the last ``patience`` epochs: the supernet predicts no better than chance. Far
+    higher CE is a blow-up, which :func:`check_blow_up` reports."""
+    recent = [r.get("weights_ce") for r in history[-patience:]]
+    if len(recent) < patience or any(v is None for v in recent):
+        return None
+    floor = chance_ce(classes)
+    if all(floor - margin < v <= 1.5 * floor for v in recent):
+        return (f"the supernet's training CE has stayed at chance level (ln {classes} = "
+                f"{floor:.2f}) for {patience} epochs: it is not learning. Likely causes: a "
+                "learning rate too high for weight sharing (try --set optim.weights.lr=0.05), "
+                "too few weights-only epochs (search.warmup_epochs), or too little data")
+    return None
+
+
+def check_blow_up(record: dict, classes: int, factor: float = 2.0) -> str | None:
+    """The epoch's mean training CE is far above chance: the weights are diverging."""
+    ce = record.get("weights_ce")
+    if ce is None or ce <= factor * chance_ce(classes):
+        return None
+    return (f"the supernet's training CE ({ce:.2f}) is more than {factor:g}x chance level "
+            f"({chance_ce(classes):.2f}): the weights are diverging. Lower "
+            "optim.weights.lr or add optim.weights.warmup_epochs")
+
+
+def skip_count(ops: list[str]) -> int:
+    return sum(op == "skip" for op in ops)
+
+
+def check_skip_collapse(history: list[dict], share: float = 0.5) -> str | None:
+    """The argmax architecture is mostly ``skip`` and was not the epoch before: theta is
+    collapsing toward the cheapest op."""
+    if not history or "argmax_skips" not in history[-1]:
+        return None
+    now = history[-1]
+    layers = now.get("layers", 0)
+    if not layers or now["argmax_skips"] < share * layers:
+        return None
+    before = history[-2].get("argmax_skips", 0) if len(history) > 1 else 0
+    if now["argmax_skips"] <= before:
+        return None
+    return (f"theta is collapsing toward skip: {now['argmax_skips']} of {layers} layers of "
+            "the argmax architecture are skip. The cost term is winning over accuracy; lower "
+            "loss.beta, or use loss.form=target with a loss.target_ms budget (loss.alpha does "
+            "not change this trade-off)")
+
+
+def epoch_warnings(history: list[dict], classes: int) -> list[str]:
+    """Every warning that applies after the latest epoch of ``history``."""
+    if not history:
+        return []
+    found = [check_blow_up(history[-1], classes), check_not_learning(history, classes),
+             check_skip_collapse(history)]
+    return [w for w in found if w]

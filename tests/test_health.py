@@ -1,0 +1,38 @@
+import math
+
+from fbnas.health import (check_blow_up, check_not_learning, check_skip_collapse,
+                          epoch_warnings)
+
+LN10 = math.log(10)
+
+
+def test_chance_level_ce_for_two_epochs_warns_and_names_a_fix():
+    history = [{"weights_ce": LN10 + 0.02}, {"weights_ce": LN10 - 0.01}]
+    msg = check_not_learning(history, 10)
+    assert msg and "not learning" in msg and "optim.weights.lr" in msg
+    # one epoch is not enough to judge, and a CE clearly below chance is learning
+    assert check_not_learning(history[:1], 10) is None
+    assert check_not_learning([{"weights_ce": 2.0}, {"weights_ce": 1.8}], 10) is None
+
+
+def test_blow_up_warns_only_far_above_chance():
+    assert "diverging" in check_blow_up({"weights_ce": 10.4}, 10)
+    assert check_blow_up({"weights_ce": 2.5}, 10) is None
+    assert check_blow_up({"epoch": 1}, 10) is None  # a retrain-free record without CE
+
+
+def test_skip_collapse_warns_while_the_skip_count_grows_past_half():
+    h = [{"argmax_skips": 3, "layers": 10}, {"argmax_skips": 6, "layers": 10}]
+    msg = check_skip_collapse(h)
+    assert msg and "6 of 10" in msg and "loss.beta" in msg and "alpha" in msg
+    assert check_skip_collapse(h[:1]) is None  # 3 of 10 is no collapse
+    steady = [{"argmax_skips": 6, "layers": 10}, {"argmax_skips": 6, "layers": 10}]
+    assert check_skip_collapse(steady) is None  # said once, when it happened
+
+
+def test_epoch_warnings_collects_every_applicable_check():
+    h = [{"weights_ce": 9.0, "argmax_skips": 0, "layers": 4},
+         {"weights_ce": 9.5, "argmax_skips": 4, "layers": 4}]
+    found = epoch_warnings(h, 10)
+    assert len(found) == 2 and any("diverging" in w for w in found)
+    assert epoch_warnings([], 10) == []
