@@ -244,8 +244,12 @@ def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overri
     """Search: train the Gumbel-softmax supernet with alternating weight/theta optimizers.
 
     Loss: CE * alpha * (log LAT)^beta with LAT the expected latency in microseconds (or
-    loss.form=target with loss.target_ms). Options given here override the config file;
-    --set overrides both.
+    loss.form=target with loss.target_ms). The accuracy/latency trade-off moves with
+    loss.beta (higher: faster networks) or loss.target_ms, not with loss.alpha, which scales
+    the whole loss and so only the weights' effective learning rate (theta's Adam ignores
+    the scale). Writes RUN_DIR/pictures/ (softmax(theta) heatmaps, progress chart) and warns
+    when the supernet stops learning or theta collapses to skip. Options given here override
+    the config file; --set overrides both.
 
     \b
     Examples:

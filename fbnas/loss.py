@@ -4,6 +4,10 @@ paper:  L = CE * alpha * (log LAT)^beta      (Wu et al. 2019; LAT in microsecond
         beta is the exponent of the logarithm. log LAT must be positive, which it is for any
         network slower than 1 us; a cost at or below 1 would make the power NaN or flip the
         sign of the loss, so it is refused instead.
+        alpha multiplies the whole loss: theta's optimizer (Adam) ignores the scale of its
+        gradient, so alpha only rescales the weights' gradients (their effective learning
+        rate) and does not trade accuracy for latency. beta does: the latency share of the
+        gradient grows with beta.
 target: L = CE * max(1, LAT / T)^gamma       (T = target latency)
         no penalty while the expected latency is within budget; above it the loss grows as
         the gamma-th power of the overshoot ratio (a MnasNet-style soft constraint written as
