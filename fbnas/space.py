@@ -210,9 +210,12 @@ def bundled_spaces() -> dict[str, Path]:
 def load_yaml(path: Path, what: str) -> Any:
     """Read a YAML file with the safe loader, turning every failure into one line."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise FbnasError(f"cannot read {what} {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise FbnasError(f"{what} {path} is not a text file (not UTF-8); give a YAML "
+                         "file") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -568,8 +568,15 @@ def launch(trainer_cls: type[Trainer], cfg: Config, out: str | Path, resume: boo
         collectives = device if device.type == "cuda" else torch.device("cpu")
 
         def prepare() -> RunPaths:
-            paths = prepare_run_dir(out, resume, force)
-            out.mkdir(parents=True, exist_ok=True)
+            try:
+                paths = prepare_run_dir(out, resume, force)
+                out.mkdir(parents=True, exist_ok=True)
+                probe = out / ".fbnas-write-test"
+                probe.touch()
+                probe.unlink()
+            except OSError as e:
+                raise FbnasError(f"cannot use {out} as the run directory: "
+                                 f"{e.strerror or e}; pick another --out") from None
             return paths
 
         # rank 0 alone checks and clears the folder; its error, if any, stops every rank

@@ -1,7 +1,7 @@
 import pytest
 
 from fbnas.config import load_config
-from fbnas.errors import UsageError
+from fbnas.errors import FbnasError, UsageError
 
 
 def test_defaults_are_the_papers():
@@ -42,4 +42,11 @@ def test_bad_yaml_file(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("- a list\n")
     with pytest.raises(UsageError, match="mapping"):
+        load_config(p)
+
+
+def test_binary_config_file_is_one_line_error(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_bytes(b"\xff\xfe\x00binary\x9c")
+    with pytest.raises(FbnasError, match="not a text file"):
         load_config(p)

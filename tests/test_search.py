@@ -132,3 +132,12 @@ def test_cli_bad_inputs(tmp_path, tiny_lut_file, args, message):
             str(CIFAR_SUBSET), "--out", str(tmp_path / "run"), "--epochs", "1"]
     r = CliRunner().invoke(main, base + args)
     assert r.exit_code in (1, 2) and message in r.output and "Traceback" not in r.output
+
+
+def test_cli_out_under_a_file_is_one_line_error(tmp_path, tiny_lut_file):
+    (tmp_path / "file").write_text("x")
+    r = CliRunner().invoke(main, ["train", "--space", "tiny", "--lut", str(tiny_lut_file),
+                                  "--data-dir", str(CIFAR_SUBSET), "--out",
+                                  str(tmp_path / "file" / "run"), "--epochs", "1"])
+    assert r.exit_code == 1 and "pick another --out" in r.output
+    assert "Traceback" not in r.output
