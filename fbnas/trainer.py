@@ -290,10 +290,16 @@ class Trainer:
         }
 
     def _restore(self, ckpt: dict) -> None:
-        self.net.load_state_dict(ckpt["model"])
-        for k, opt in self.optimizers.items():
-            opt.load_state_dict(ckpt["optimizers"][k])
-        self.scheduler.load_state_dict(ckpt["scheduler"])
+        try:
+            self.net.load_state_dict(ckpt["model"])
+            for k, opt in self.optimizers.items():
+                opt.load_state_dict(ckpt["optimizers"][k])
+            self.scheduler.load_state_dict(ckpt["scheduler"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise FbnasError(f"cannot resume from {self.paths.last}: it does not match this "
+                             f"run's model or optimizers ({first[:200]}); start over with "
+                             "--force") from None
         self._apply_hyperparameters()
         self.epoch, self.position = int(ckpt["epoch"]), int(ckpt.get("position") or 0)
         self.global_step = int(ckpt.get("global_step", 0))

@@ -141,3 +141,15 @@ def test_cli_out_under_a_file_is_one_line_error(tmp_path, tiny_lut_file):
                                   str(tmp_path / "file" / "run"), "--epochs", "1"])
     assert r.exit_code == 1 and "pick another --out" in r.output
     assert "Traceback" not in r.output
+
+
+def test_resume_from_checkpoint_without_theta_is_one_line_error(tmp_path, tiny_lut_file):
+    out = tmp_path / "run"
+    cfg = small_config(tiny_lut_file, **{"search.epochs": 2})
+    run_search(cfg, out, stop_after=1, echo=quiet)
+    path = out / "checkpoints" / "last.pt"
+    ckpt = torch.load(path, weights_only=True)
+    ckpt["model"] = {k: v for k, v in ckpt["model"].items() if not k.endswith("theta")}
+    torch.save(ckpt, path)
+    with pytest.raises(FbnasError, match="cannot resume .*--force"):
+        run_search(cfg, out, resume=True, echo=quiet)
