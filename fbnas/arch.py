@@ -154,6 +154,7 @@ def resolve_lut(ck: SearchCheckpoint, lut_path: str | Path | None = None,
         lut_path = ck.lut_path
     lut = load_lut(lut_path)
     lut.check_space(ck.space)
+    warn_other_machine(lut, warn)
     h = file_hash(lut_path)
     if ck.lut_hash and h != ck.lut_hash:
         warn(f"lookup table {lut_path} (hash {h}) is not the file the search used (hash "

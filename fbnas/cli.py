@@ -176,11 +176,14 @@ def show_lut(lut_path, space_name):
     Example:
       fbnas show-lut lookup_tables/fbnet_cifar.json --space fbnet_cifar
     """
+    from fbnas.arch import warn_other_machine
     from fbnas.lut import load_lut
     from fbnas.space import load_space
 
     space = load_space(space_name) if space_name else None
-    click.echo(load_lut(lut_path, space).summary())
+    lut = load_lut(lut_path, space)
+    warn_other_machine(lut)
+    click.echo(lut.summary())
 
 
 _RUN_OPTIONS = [

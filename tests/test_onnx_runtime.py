@@ -130,3 +130,17 @@ def test_exported_onnx_of_a_sampled_architecture_runs_like_eager(ort_table, tmp_
     meta = {p.key: p.value for p in onnx.load(str(out)).metadata_props}
     assert [b["op"] for b in json.loads(meta["fbnas.definition"])["blocks"]] == HARD
 
+
+def test_table_from_another_machine_warns(ort_table, tmp_path):
+    path, _ = ort_table
+    data = read_json(path, "lookup table")
+    data["environment"]["cpu"] = "Some Other CPU 9000"
+    other = tmp_path / "other.json"
+    write_json(other, data)
+    res = cli("show-lut", other)
+    assert res.exit_code == 0
+    warning = [l for l in res.stderr.splitlines() if "another machine" in l]
+    assert len(warning) == 1 and "Some Other CPU 9000" in warning[0]
+    run = make_run(tmp_path, load_space("tiny"), other)
+    res = cli("sample", run, "--hard")
+    assert res.exit_code == 0 and "another machine" in res.stderr
