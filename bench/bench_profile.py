@@ -1,10 +1,13 @@
 """Profiling speed and run-to-run agreement of `fbnas profile` on one machine.
 
-Profiles a space twice in one process and prints the wall time of each run, the median and
-90th percentile of the per-entry relative difference (|a - b| / mean(a, b)), and in how many
-layers both runs pick the same fastest non-skip candidate.
+Profiles a space twice in one process, in one runtime, and prints the wall time of each run
+(for onnxruntime also the part spent exporting), the median and 90th percentile of the
+per-entry relative difference (|a - b| / mean(a, b)), the same after dividing out the overall
+speed ratio between the two runs, and in how many layers both runs pick the same fastest
+non-skip candidate. Each run prepares its entries afresh, as a `fbnas profile` would.
 
-    python bench/bench_profile.py --space fbnet_cifar --threads 1
+    python bench/bench_profile.py --space fbnet_cifar --threads 1 --runtime onnxruntime
+    python bench/bench_profile.py --space fbnet_cifar --threads 1 --runtime eager
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import time
 import numpy as np
 
 from fbnas.lut import LUT, fastest_non_skip, profile_space
+from fbnas.runtimes import DEFAULT_RUNTIME, RUNTIMES
 from fbnas.space import load_space
 
 
@@ -23,25 +27,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--space", default="fbnet_cifar")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--runtime", choices=RUNTIMES, default=DEFAULT_RUNTIME)
     ap.add_argument("--rounds", type=int, default=80)
     ap.add_argument("--extra-time", type=float, default=50.0)
     ap.add_argument("--block-time", type=float, default=0.004)
     args = ap.parse_args()
 
     space = load_space(args.space)
-    print(f"space {space.name}, {args.threads} thread(s), load average before: "
+    print(f"space {space.name}, {args.runtime}, {args.threads} thread(s), load average before: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     luts, walls = [], []
     for run in range(2):
         t0 = time.monotonic()
         data = profile_space(space, threads=args.threads, rounds=args.rounds,
                              extra_time=args.extra_time, block_time=args.block_time,
-                             seed=run)
+                             seed=run, runtime=args.runtime)
         walls.append(time.monotonic() - t0)
         luts.append(LUT(data))
-        print(f"run {run + 1}: {len(data['entries'])} entries in {walls[-1]:.1f} s wall, "
-              f"{data['protocol']['rounds']} rounds + "
-              f"{data['protocol']['extra_rounds']['run']} extra rounds")
+        prot = data["protocol"]
+        export = prot["runtime_settings"].get("export_seconds")
+        print(f"run {run + 1}: {len(data['entries'])} entries in {walls[-1]:.1f} s wall"
+              + (f" ({export:.1f} s of it exporting)" if export is not None else "")
+              + f", {prot['rounds']} rounds + {prot['extra_rounds']['run']} extra rounds")
     a, b = luts
     keys = list(a.data["entries"])
     ma = np.array([a.entry(k)["median"] for k in keys])

@@ -40,6 +40,13 @@ def warn_stderr(msg: str) -> None:
     print(f"warning: {msg}", file=sys.stderr, flush=True)
 
 
+def warn_other_machine(lut, warn: Warn = warn_stderr) -> None:
+    """Warn once when ``lut`` was measured on another CPU model than this machine's."""
+    note = lut.other_machine()
+    if note:
+        warn(note)
+
+
 # --------------------------------------------------------------------------- checkpoints
 
 
@@ -147,6 +154,7 @@ def resolve_lut(ck: SearchCheckpoint, lut_path: str | Path | None = None,
         lut_path = ck.lut_path
     lut = load_lut(lut_path)
     lut.check_space(ck.space)
+    warn_other_machine(lut, warn)
     h = file_hash(lut_path)
     if ck.lut_hash and h != ck.lut_hash:
         warn(f"lookup table {lut_path} (hash {h}) is not the file the search used (hash "
@@ -590,23 +598,28 @@ def format_ranked(entries: list[dict], num: int, seed: int) -> str:
 
 def measure_latency(defn: dict, threads: int, batch: int, rounds: int = 60,
                     block_time: float = 0.004, seed: int = 0, lut=None,
-                    ops: list[str] | None = None) -> tuple[dict, float | None]:
-    """Whole-network latency (median/IQR/min in us) with the profiling protocol.
+                    ops: list[str] | None = None, runtime: str = "eager"
+                    ) -> tuple[dict, float | None]:
+    """Whole-network latency (median/IQR/min in us) in ``runtime`` with the profiling protocol.
 
+    For ``onnxruntime`` the network is exported as ``fbnas export --format onnx`` exports it.
     With ``lut`` and the architecture's ``ops``, the table entries it uses are re-timed in the
     same rounds (which also lets the drift correction work); the second value is then their
     summed re-timed latency, in us, else None.
     """
     import torch
 
-    from fbnas.lut import arch_entries, profile_units
+    from fbnas.lut import arch_entries, entry_runners, profile_units
     from fbnas.model import Network
-    from fbnas.timing import measure_rounds, runner, set_threads
+    from fbnas.runtimes import make_runtime
+    from fbnas.timing import measure_rounds, set_threads
 
     set_threads(threads)
+    rt = make_runtime(runtime, threads)
     torch.manual_seed(seed)
     model = Network(defn).eval()
-    items = {"network": runner(model, torch.randn(model.input_shape(batch)))}
+    items = rt.runners({"network": (model, torch.randn(model.input_shape(batch)))},
+                       desc="preparing the network")
     uses = []
     units = [["network"]]
     if lut is not None:
@@ -614,8 +627,7 @@ def measure_latency(defn: dict, threads: int, batch: int, rounds: int = 60,
         specs = arch_entries(space, ops, batch)
         uses = [spec.key for spec in specs]
         distinct = {spec.key: spec for spec in specs}
-        for key, spec in distinct.items():
-            items[key] = runner(spec.build(space), spec.input())
+        items.update(entry_runners(rt, space, distinct))
         units += profile_units(distinct)
     timings = measure_rounds(items, threads, units=units, rounds=rounds, block_time=block_time,
                              seed=seed, desc="latency")
@@ -626,33 +638,34 @@ def measure_latency(defn: dict, threads: int, batch: int, rounds: int = 60,
 
 def latency_report(defn: dict, lut=None, threads: int | None = None, batch: int | None = None,
                    rounds: int = 60, block_time: float = 0.004, seed: int = 0,
-                   warn: Warn = warn_stderr) -> str:
-    """Measure ``defn`` and compare with ``lut``'s prediction; threads and batch default to its.
+                   runtime: str | None = None, warn: Warn = warn_stderr) -> str:
+    """Measure ``defn`` and compare with ``lut``'s prediction; threads, batch and runtime
+    default to the table's (the runtime to onnxruntime without a table).
 
-    The error is (predicted - measured) / measured. A table profiled at another batch is
-    refused: its entries say nothing about that batch. The table's entries used by ``defn``
-    are re-timed alongside it, which tells how fast the machine runs now compared with when
-    the table was profiled, and gives the prediction at today's speed.
+    The error is (predicted - measured) / measured. A table profiled at another batch or in
+    another runtime is refused: its entries say nothing about either. The table's entries
+    used by ``defn`` are re-timed alongside it, which tells how fast the machine runs now
+    compared with when the table was profiled, and gives the prediction at today's speed.
     """
-    from fbnas.timing import cpu_model
+    from fbnas.runtimes import DEFAULT_RUNTIME
 
     name = defn.get("name", "the architecture")
     ops = match_lut(defn, lut, name) if lut is not None else None
     if lut is not None:
+        runtime = lut.check_runtime(runtime)
         if batch is not None and batch != lut.batch:
             raise FbnasError(f"lookup table {lut.path} was profiled at batch {lut.batch}, not "
                              f"{batch}; drop --batch or profile a table with --batch {batch}")
         if threads is not None and threads != lut.threads:
             warn(f"lookup table {lut.path} was profiled with {lut.threads} thread(s), "
                  f"measuring with {threads}")
-        lut_cpu = lut.data["environment"].get("cpu")
-        if lut_cpu != cpu_model():
-            warn(f"lookup table {lut.path} was profiled on {lut_cpu}, this is {cpu_model()}")
+        warn_other_machine(lut, warn)
+    runtime = runtime or DEFAULT_RUNTIME
     batch = batch or (lut.batch if lut is not None else 1)
     threads = threads or (lut.threads if lut is not None else 1)
     m, retimed = measure_latency(defn, threads, batch, rounds=rounds, block_time=block_time,
-                                 seed=seed, lut=lut, ops=ops)
-    lines = [f"architecture {name}: batch {batch}, {threads} thread(s)",
+                                 seed=seed, lut=lut, ops=ops, runtime=runtime)
+    lines = [f"architecture {name}: batch {batch}, {threads} thread(s), runtime {runtime}",
              f"measured  {m['median']:10.1f} us  (IQR {m['iqr']:.1f} us, min {m['min']:.1f} us, "
              f"{m['runs']} timed blocks)"]
     if lut is None:

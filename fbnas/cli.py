@@ -10,6 +10,7 @@ import click
 
 import fbnas
 from fbnas.errors import FbnasError, UsageError
+from fbnas.runtimes import DEFAULT_RUNTIME, RUNTIMES
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -53,8 +54,15 @@ def main() -> None:
               help="Bundled space name (fbnet_cifar, fbnet_imagenet, tiny) or a space YAML file.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Where to write the lookup table (JSON).")
+@click.option("--runtime", default=DEFAULT_RUNTIME, show_default=True,
+              type=click.Choice(RUNTIMES),
+              help="What runs the timed entries: onnxruntime (each entry exported as fbnas "
+                   "export --format onnx exports a network, run by ONNX Runtime on the CPU, "
+                   "where exported networks are deployed) or eager PyTorch. Recorded in the "
+                   "table, which is then used only with that runtime.")
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1),
-              help="torch intra-op threads used while timing (recorded in the table).")
+              help="Intra-op threads while timing, torch's or ONNX Runtime's (which gets 1 "
+                   "inter-op thread); recorded in the table.")
 @click.option("--batch", default=1, show_default=True, type=click.IntRange(min=1),
               help="Batch size of the timed inputs.")
 @click.option("--rounds", default=80, show_default=True, type=click.IntRange(min=1),
@@ -69,31 +77,36 @@ def main() -> None:
               help="After profiling, calibrate and check on N random networks (see calibrate).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--force", is_flag=True, help="Overwrite an existing table.")
-def profile(space_name, out, threads, batch, rounds, extra_time, block_time, check_n, seed,
-            force):
+def profile(space_name, out, runtime, threads, batch, rounds, extra_time, block_time, check_n,
+            seed, force):
     """Time every candidate op at every searchable layer into a latency lookup table.
+
+    With --runtime onnxruntime (the default) every distinct entry, the stem and the head are
+    exported to ONNX once and timed as their own small graphs.
 
     \b
     Example:
-      fbnas profile --space fbnet_cifar --out lookup_tables/fbnet_cifar.json --threads 1
+      fbnas profile --space fbnet_cifar --out lookup_tables/fbnet_cifar_ort.json --threads 1
     """
     from fbnas.io import refuse_overwrite
     from fbnas.lut import LUT, profile_space, save_lut
+    from fbnas.runtimes import make_runtime
     from fbnas.space import load_space
 
     if 0 < check_n < 5:
         raise UsageError("--check needs at least 5 networks (2 of every 5 fit, the rest test)")
     space = load_space(space_name)
     refuse_overwrite(out, force)
+    rt = make_runtime(runtime, threads)  # shared with --check, which re-times the entries
     data = profile_space(space, threads=threads, batch=batch, rounds=rounds,
                          extra_time=extra_time, block_time=block_time, seed=seed,
-                         source=str(space_name))
+                         source=str(space_name), runtime=rt)
     if check_n:
         from fbnas.fidelity import calibrate_lut
         # 2 of every 5 networks fit the calibration (20 of 50), the rest score it
         fit = min(20, max(2, check_n * 2 // 5))
         report = calibrate_lut(LUT(data), networks=check_n, fit=fit, seed=seed,
-                               block_time=block_time)
+                               block_time=block_time, runtime=rt)
         click.echo(report.text())
         data["calibration"] = report.calibration()
     save_lut(data, out, force=force)
@@ -113,13 +126,17 @@ def profile(space_name, out, threads, batch, rounds, extra_time, block_time, che
                    "the two timings of the noise floor).")
 @click.option("--block-time", default=0.004, show_default=True,
               type=click.FloatRange(min=0.0001), help="Seconds per timed block of calls.")
+@click.option("--runtime", default=None, type=click.Choice(RUNTIMES),
+              help="Runtime to time the networks in; must be the table's [default: the "
+                   "table's].")
 @click.option("--dry-run", is_flag=True, help="Report only; leave the table unchanged.")
 @click.option("--force", is_flag=True, help="Replace an existing calibration.")
-def calibrate(lut_path, networks, fit, seed, rounds, block_time, dry_run, force):
+def calibrate(lut_path, networks, fit, seed, rounds, block_time, runtime, dry_run, force):
     """Measure random whole networks, report the table's fidelity, store a calibration.
 
-    Networks are timed with the profile's protocol, in shared rounds together with re-timed
-    table entries; even and odd rounds are two independent timings. Prints signed bias, MAPE,
+    Networks are timed in the table's runtime (exported to ONNX for onnxruntime) with the
+    profile's protocol, in shared rounds together with re-timed table entries; even and odd
+    rounds are two independent timings. Prints signed bias, MAPE,
     share within +-10% and Kendall tau for the raw table, the calibrated table (a * sum + b,
     fitted on --fit networks, scored on the rest) and FLOPs, next to the noise floor (the two
     timings of the same networks).
@@ -133,13 +150,14 @@ def calibrate(lut_path, networks, fit, seed, rounds, block_time, dry_run, force)
     from fbnas.lut import load_lut
 
     lut = load_lut(lut_path)
+    runtime = lut.check_runtime(runtime)
     if lut.calibration and not (force or dry_run):
         raise FbnasError(f"{lut_path} already has a calibration; pass --force to replace it "
                          "or --dry-run to only report")
     if fit >= networks:
         raise FbnasError(f"--fit ({fit}) must be smaller than --networks ({networks})")
     report = calibrate_lut(lut, networks=networks, fit=fit, seed=seed, rounds=rounds,
-                           block_time=block_time)
+                           block_time=block_time, runtime=runtime)
     click.echo(report.text())
     if not dry_run:
         lut.data["calibration"] = report.calibration()
@@ -158,11 +176,14 @@ def show_lut(lut_path, space_name):
     Example:
       fbnas show-lut lookup_tables/fbnet_cifar.json --space fbnet_cifar
     """
+    from fbnas.arch import warn_other_machine
     from fbnas.lut import load_lut
     from fbnas.space import load_space
 
     space = load_space(space_name) if space_name else None
-    click.echo(load_lut(lut_path, space).summary())
+    lut = load_lut(lut_path, space)
+    warn_other_machine(lut)
+    click.echo(lut.summary())
 
 
 _RUN_OPTIONS = [
@@ -378,8 +399,13 @@ def _arch_options(f):
 @_arch_options
 @click.option("--lut", "lut_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="Lookup table to predict with [default: the one the architecture records].")
+@click.option("--runtime", default=None, type=click.Choice(RUNTIMES),
+              help="What runs the network: onnxruntime (exported as fbnas export --format "
+                   "onnx exports it) or eager PyTorch; must be the table's [default: the "
+                   f"table's, else {DEFAULT_RUNTIME}].")
 @click.option("--threads", default=None, type=click.IntRange(min=1),
-              help="torch intra-op threads [default: the table's, else 1].")
+              help="Intra-op threads, torch's or ONNX Runtime's [default: the table's, else "
+                   "1].")
 @click.option("--batch", default=None, type=click.IntRange(min=1),
               help="Batch size [default: the table's, else 1].")
 @click.option("--rounds", default=60, show_default=True, type=click.IntRange(min=1),
@@ -387,11 +413,13 @@ def _arch_options(f):
 @click.option("--block-time", default=0.004, show_default=True,
               type=click.FloatRange(min=0.0001), help="Seconds per timed block of calls.")
 @click.option("--seed", default=0, show_default=True, type=int)
-def latency(arch_path, name, lut_path, threads, batch, rounds, block_time, seed):
+def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_time, seed):
     """Measure an architecture's whole-network latency and compare it with the prediction.
 
-    Uses the profile's protocol (eval mode, inference_mode, warm-up, explicit threads,
-    median of short timed blocks). The prediction is the lookup table's (calibrated when the
+    Uses the profile's protocol (warm-up, explicit threads, median of short timed blocks) in
+    the table's runtime: for onnxruntime the network and its table entries are exported to
+    ONNX and run by ONNX Runtime; for eager the modules run in eval mode under
+    inference_mode. The prediction is the lookup table's (calibrated when the
     table has a calibration); the error is (predicted - measured) / measured.
 
     \b
@@ -403,7 +431,7 @@ def latency(arch_path, name, lut_path, threads, batch, rounds, block_time, seed)
     name, defn = select(arch_path, name)
     lut = recorded_lut(defn, lut_path)
     click.echo(latency_report(defn, lut, threads=threads, batch=batch, rounds=rounds,
-                              block_time=block_time, seed=seed))
+                              block_time=block_time, seed=seed, runtime=runtime))
 
 
 @main.command(context_settings=CONTEXT)
@@ -433,7 +461,8 @@ def summary(arch_path, name, lut_path):
 @click.option("--random-weights", is_flag=True,
               help="Export freshly initialised weights (to try the export before training).")
 @click.option("--format", "fmt", required=True, type=click.Choice(["pt2", "onnx"]),
-              help="pt2: torch.export program; onnx: needs pip install 'fbnas[onnx]'.")
+              help="pt2: torch.export program; onnx: ONNX model (what onnxruntime lookup "
+                   "tables time).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Output file (.pt2 for --format pt2).")
 @click.option("--seed", default=0, show_default=True, type=int,

@@ -12,9 +12,9 @@ from fbnas.arch import space_hash_of, structure_difference
 from fbnas.errors import FbnasError
 from fbnas.io import CHECKPOINT_FORMAT, atomic_write, load_torch, refuse_overwrite
 from fbnas.model import Network
+from fbnas.runtimes import EXAMPLE_BATCH, dynamic_batch, onnx_program, require_onnx
 
 FORMATS = ("pt2", "onnx")
-ONNX_HINT = "pip install 'fbnas[onnx]'"
 DEFINITION_FILE = "fbnas/definition.json"
 
 
@@ -76,23 +76,15 @@ def load_weights(model: Network, path: str | Path) -> str:
     return what
 
 
-def _batch_dim():
-    # An example batch of 2 and a named dim keep the batch size free in the exported graph;
-    # a batch of 1 would be specialised to a constant.
-    from torch.export import Dim
-
-    return ({0: Dim("batch", min=1, max=4096)},)
-
-
 def export_pt2(model: Network, out: str | Path) -> float:
     """torch.export the model (dynamic batch) to ``out``; return max |exported - eager|."""
     out = Path(out)
     if out.suffix != ".pt2":
         raise FbnasError(f"--out {out} must end in .pt2 (torch.export.load requires it)")
     model.eval()
-    x = torch.randn(model.input_shape(2))
+    x = torch.randn(model.input_shape(EXAMPLE_BATCH))
     try:
-        program = torch.export.export(model, (x,), dynamic_shapes=_batch_dim())
+        program = torch.export.export(model, (x,), dynamic_shapes=dynamic_batch())
     except Exception as e:  # torch.export reports unsupported graphs with many exception types
         raise FbnasError(f"torch.export failed: {str(e).splitlines()[0][:200]}") from None
     buf = io.BytesIO()
@@ -114,27 +106,10 @@ def check_pt2(model: Network, path: str | Path, batch: int = 3) -> float:
         return float((loaded(x) - model(x)).abs().max())
 
 
-def require_onnx() -> None:
-    """Raise a one-line FbnasError naming the install command when the onnx extra is missing."""
-    try:
-        import onnx  # noqa: F401
-        import onnxscript  # noqa: F401
-    except ImportError:
-        raise FbnasError(f"ONNX export needs the onnx and onnxscript packages: {ONNX_HINT}") \
-            from None
-
-
 def export_onnx(model: Network, out: str | Path) -> None:
-    """Export to ONNX with torch's dynamo exporter (dynamic batch), definition in metadata."""
-    require_onnx()
-    model.eval()
-    x = torch.randn(model.input_shape(2))
-    try:
-        program = torch.onnx.export(model, (x,), None, dynamo=True, dynamic_shapes=_batch_dim(),
-                                    input_names=["input"], output_names=["logits"],
-                                    verbose=False)
-    except Exception as e:  # the exporter wraps failures from several layers of tooling
-        raise FbnasError(f"ONNX export failed: {str(e).splitlines()[0][:200]}") from None
+    """Export to ONNX (fbnas.runtimes.onnx_program, what onnxruntime tables time), with the
+    definition in the model's metadata."""
+    program = onnx_program(model, torch.randn(model.input_shape(EXAMPLE_BATCH)), "logits")
     program.model.metadata_props["fbnas.definition"] = json.dumps(model.definition)
     atomic_write(out, lambda p: program.save(str(p)))
 

@@ -1,11 +1,12 @@
 """How well a lookup table predicts whole networks, and the calibration that corrects it.
 
-Random architectures are built from the table's space and timed with the profile's protocol
-(fbnas.timing) in shared rounds together with re-timed table entries; the even and the odd
-rounds are two independent timings of the same networks. Reported, against the noise floor of those two
-timings: the raw table sum, the calibrated table (measured ~= a * sum + b,
-fitted by least squares on the first ``fit`` networks, scored on the rest) and FLOPs fitted
-the same way.
+Random architectures are built from the table's space and timed in the table's runtime
+(fbnas.runtimes: for ``onnxruntime`` each network is exported as ``fbnas export`` exports it)
+with the profile's protocol (fbnas.timing), in shared rounds together with re-timed table
+entries; the even and the odd rounds are two independent timings of the same networks.
+Reported, against the noise floor of those two timings: the raw table sum, the calibrated
+table (measured ~= a * sum + b, fitted by least squares on the first ``fit`` networks, scored
+on the rest) and FLOPs fitted the same way.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import numpy as np
 import torch
 from scipy.stats import kendalltau
 
-from fbnas.lut import LUT, arch_entries, fixed_entries, layer_entries, profile_units
+from fbnas.lut import (LUT, arch_entries, entry_runners, fixed_entries, layer_entries,
+                       profile_units)
 from fbnas.model import Network
-from fbnas.timing import measure_rounds, runner, set_threads
+from fbnas.runtimes import Runtime, make_runtime
+from fbnas.timing import measure_rounds, set_threads
 
 
 def errors(pred: np.ndarray, meas: np.ndarray) -> dict:
@@ -70,6 +73,7 @@ class FidelityReport:
         """The block stored under ``calibration`` in the table."""
         return {"a": self.a, "b": self.b, "form": "measured_us = a * table_sum_us + b",
                 "networks_fit": self.fit, "networks_test": len(self.archs) - self.fit,
+                "runtime": self.lut.runtime,
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "report": self.figures}
 
@@ -83,8 +87,9 @@ class FidelityReport:
             ("FLOPs (fitted), test", "flops_calibrated_test"),
         ]
         n = len(self.archs)
-        out = [f"fidelity on {n} random networks ({self.fit} fit, {n - self.fit} test), "
-               f"measured {self.measured.min() / 1000:.2f} .. {self.measured.max() / 1000:.2f} ms",
+        lo, hi = self.measured.min() / 1000, self.measured.max() / 1000
+        out = [f"fidelity on {n} random networks ({self.fit} fit, {n - self.fit} test) in "
+               f"{self.lut.runtime}, measured {lo:.2f} .. {hi:.2f} ms",
                f"{'predictor':<32}{'bias%':>8}{'MAPE%':>8}{'<=10%':>8}{'tau':>8}"]
         for label, key in rows:
             e = self.figures[key]
@@ -112,7 +117,8 @@ def random_archs(lut: LUT, n: int, seed: int, spread: int = 0) -> list[list[str]
 
 
 def calibrate_lut(lut: LUT, networks: int = 50, fit: int = 20, seed: int = 0,
-                  rounds: int = 60, block_time: float = 0.004) -> FidelityReport:
+                  rounds: int = 60, block_time: float = 0.004,
+                  runtime: str | Runtime | None = None) -> FidelityReport:
     """Time ``networks`` random networks and the table's entries; fit and score a calibration.
 
     The first ``fit`` networks, which fit the calibration, have skip shares from none to
@@ -121,24 +127,27 @@ def calibrate_lut(lut: LUT, networks: int = 50, fit: int = 20, seed: int = 0,
     Networks (each a unit of its own) and entries (units as in the profile) share ``rounds``
     rounds (see fbnas.timing); the even and the odd rounds give two independent timings of
     every network, whose disagreement is the noise floor.
+
+    ``runtime`` (default: the table's) must be the table's runtime; a Runtime object may be
+    passed to reuse the entries it has already prepared (``profile --check``).
     """
     space = lut.space()
     threads, batch = lut.threads, lut.batch
+    rt = make_runtime(runtime or lut.runtime, threads)
+    lut.check_runtime(rt.name)
     set_threads(threads)
     torch.manual_seed(seed)
     # the fit networks span the latencies a search visits, so that the fitted intercept is
     # pinned down; the test networks are uniformly random
     archs = random_archs(lut, networks, seed, spread=fit)
 
-    items = {}
-    for i, ops in enumerate(archs):
-        net = Network(space.definition(ops))
-        items[f"net{i}"] = runner(net, torch.randn(net.input_shape(batch)))
+    nets = {f"net{i}": Network(space.definition(ops)) for i, ops in enumerate(archs)}
+    items = rt.runners({k: (net, torch.randn(net.input_shape(batch))) for k, net in nets.items()},
+                       desc="preparing networks")
     specs = {s.key: s for s in fixed_entries(space, batch).values()}
     for layer in space.layers:
         specs.update({s.key: s for s in layer_entries(layer, batch).values()})
-    for key, spec in specs.items():
-        items[key] = runner(spec.build(space), spec.input())
+    items.update(entry_runners(rt, space, specs))
     units = [[f"net{i}"] for i in range(networks)] + profile_units(specs)
     timings = measure_rounds(items, threads, units=units, rounds=max(2, rounds),
                              block_time=block_time, seed=seed, desc="networks and entries")

@@ -17,8 +17,9 @@ from fbnas.errors import FbnasError
 from fbnas.io import read_json, refuse_overwrite, write_json
 from fbnas.model import Head, Stem
 from fbnas.ops import build_op
+from fbnas.runtimes import RUNTIMES, UNRECORDED_RUNTIME, Runner, Runtime, make_runtime
 from fbnas.space import Layer, SearchSpace
-from fbnas.timing import environment, measure_rounds, protocol, runner, set_threads
+from fbnas.timing import cpu_model, environment, measure_rounds, protocol, set_threads
 
 SCHEMA = "fbnas.lut/1"
 METRICS = ("latency", "flops", "params")
@@ -97,6 +98,14 @@ def count_cost(module: nn.Module, x: torch.Tensor) -> tuple[int, int]:
     return int(counter.get_total_flops()), sum(p.numel() for p in module.parameters())
 
 
+def entry_runners(runtime: Runtime, space: SearchSpace, specs: dict[str, EntrySpec]
+                  ) -> dict[str, Runner]:
+    """A runner per entry: its module built fresh at its shape, run in ``runtime`` (which
+    exports each entry key once)."""
+    return runtime.runners({key: (spec.build(space), spec.input()) for key, spec in specs.items()},
+                           keyed=True, desc="preparing entries")
+
+
 def profile_units(specs: dict[str, EntrySpec]) -> list[list[str]]:
     """Entries timed back to back in every round: the candidates of one shape together, so
     that their differences are measured moments apart; the stem and the head together."""
@@ -138,13 +147,19 @@ def contenders(units: list[list[str]], specs: dict[str, EntrySpec], stats: dict[
 def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: int = 80,
                   block_time: float = 0.004, rel_iqr: float = 0.10, tie_margin: float = 0.03,
                   extra_time: float = 50.0, extra_rounds: int = 100_000, seed: int = 0,
-                  source: str | None = None) -> dict:
-    """Time every distinct (op, shape) of ``space`` and return the LUT as a dict."""
+                  source: str | None = None, runtime: str | Runtime = "eager") -> dict:
+    """Time every distinct (op, shape) of ``space`` in ``runtime`` and return the LUT as a dict.
+
+    The library defaults to ``eager``, which exports nothing, for callers that only need a
+    table's layout (tests, supernet benchmarks); ``fbnas profile`` defaults to the deployment
+    runtime, ``onnxruntime``.
+    """
     if batch < 1:
         raise FbnasError("--batch must be at least 1")
     if threads < 1:
         raise FbnasError("--threads must be at least 1")
     set_threads(threads)
+    rt = make_runtime(runtime, threads)
     torch.manual_seed(seed)
     specs: dict[str, EntrySpec] = {}
     layers = []
@@ -159,11 +174,9 @@ def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: 
     for spec in fixed.values():
         specs.setdefault(spec.key, spec)
 
-    fns, costs = {}, {}
-    for key, spec in specs.items():
-        module, x = spec.build(space), spec.input()
-        costs[key] = count_cost(module, x)
-        fns[key] = runner(module, x)
+    built = {key: (spec.build(space), spec.input()) for key, spec in specs.items()}
+    costs = {key: count_cost(module, x) for key, (module, x) in built.items()}
+    fns = rt.runners(built, keyed=True, desc="preparing entries")
 
     started = time.monotonic()
     warmup = 3
@@ -186,7 +199,8 @@ def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: 
         "environment": environment(threads),
         "protocol": {
             "batch": batch, "dtype": "float32", "memory_format": "contiguous",
-            "unit": "us", "mode": "eval+inference_mode",
+            "unit": "us", "mode": rt.mode, "runtime": rt.name,
+            "runtime_settings": rt.settings(),
             **protocol(rounds, block_time, warmup),
             "units": "the candidates of one layer shape; the stem and the head",
             "extra_rounds": {"max_seconds": extra_time, "run": timings.rounds_run - rounds,
@@ -252,6 +266,10 @@ class LUT:
         for name in ("stem", "head"):
             if d["fixed"].get(name) not in entries:
                 raise self._err(f"the {name} entry is missing")
+        runtime = d["protocol"].get("runtime", UNRECORDED_RUNTIME)
+        if runtime not in RUNTIMES:
+            raise self._err(f"was measured with runtime {runtime!r}, which this fbnas does not "
+                            f"know ({', '.join(RUNTIMES)}); re-run fbnas profile")
         cal = d.get("calibration")
         if cal is not None:
             if not (isinstance(cal, dict) and _positive(cal.get("a"), False)
@@ -269,6 +287,42 @@ class LUT:
     @property
     def threads(self) -> int:
         return int(self.data["environment"]["threads"])
+
+    @property
+    def runtime(self) -> str:
+        """What the entries were timed in; tables that record none were timed eagerly."""
+        return self.data["protocol"].get("runtime", UNRECORDED_RUNTIME)
+
+    def check_runtime(self, runtime: str | None) -> str:
+        """The runtime to time against this table: ``runtime`` if given, else the table's own.
+
+        A table's entries are comparable only with timings in the runtime they were taken
+        in, so another runtime is refused.
+        """
+        if runtime is None or runtime == self.runtime:
+            return self.runtime
+        raise self._err(f"was measured with runtime {self.runtime}, not {runtime}; pass "
+                        f"--runtime {self.runtime}, or profile a table with --runtime {runtime}")
+
+    def other_machine(self) -> str | None:
+        """A warning when the table was measured on another CPU model than this machine's."""
+        env = self.data["environment"]
+        theirs, mine = env.get("cpu"), cpu_model()
+        if not theirs or theirs == mine:
+            return None
+        where = f"lookup table {self.path}" if self.path else "the lookup table"
+        return (f"{where} was measured on {theirs} ({env.get('threads', '?')} thread(s)), this "
+                f"machine is {mine}: its latencies are from another machine")
+
+    def runtime_text(self) -> str:
+        """'onnxruntime 1.32.0 (opset 20, ORT_ENABLE_ALL)' or 'eager (torch 2.14.1)'."""
+        s = self.data["protocol"].get("runtime_settings", {})
+        if self.runtime == "onnxruntime":
+            details = [f"opset {s['opset']}" if "opset" in s else "",
+                       s.get("graph_optimization_level", "")]
+            inner = ", ".join(d for d in details if d)
+            return f"onnxruntime {s.get('onnxruntime', '?')}" + (f" ({inner})" if inner else "")
+        return f"eager (torch {s.get('torch', self.data['environment'].get('torch', '?'))})"
 
     @property
     def calibration(self) -> tuple[float, float] | None:
@@ -339,12 +393,14 @@ class LUT:
             f"lookup table for space {d['space']['name']} (hash {self.space_hash}), "
             f"{len(d['layers'])} layers, {len(entries)} distinct entries",
             f"measured {d['created']} on {env['cpu']} ({env['machine']}), {env['threads']} "
-            f"thread(s), torch {env['torch']}, batch {prot['batch']}, {prot['dtype']}",
+            f"thread(s), {self.runtime_text()}, batch {prot['batch']}, {prot['dtype']}",
             f"entry medians {min(meds):.1f} .. {max(meds):.1f} us; median IQR/median "
             f"{100 * rel[len(rel) // 2]:.1f}%",
         ]
         if "profile_seconds" in prot:
-            lines.append(f"profiling took {prot['profile_seconds']:.0f} s")
+            export = prot.get("runtime_settings", {}).get("export_seconds")
+            lines.append(f"profiling took {prot['profile_seconds']:.0f} s" + (
+                f" after {export:.0f} s exporting to ONNX" if export is not None else ""))
         cands = self.layer_candidates()
         costs = self.layer_costs()
         lines.append(f"{'layer':>5} {'shape':>22}  fastest non-skip  runner-up          "

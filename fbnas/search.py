@@ -57,6 +57,9 @@ class Search(Trainer):
             raise FbnasError(f"lookup table {lut_path} does not exist; create it with: "
                              f"fbnas profile --space {cfg.space} --out {lut_path}")
         self.lut = load_lut(lut_path, self.space)
+        note = self.lut.other_machine()
+        if note and cfg.search.cost == "latency":
+            self.log(f"warning: {note}")
         self.lut_hash = file_hash(lut_path)
         self.epochs = cfg.search.epochs
         self.accumulate = cfg.search.accumulate

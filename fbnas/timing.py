@@ -1,7 +1,9 @@
 """The CPU timing protocol shared by profiling, calibration and whole-network latency.
 
-Every measurement runs with an explicit thread count, in eval mode under
-``torch.inference_mode()``, after warm-up calls, through ``torch.utils.benchmark``.
+Every measurement runs with an explicit thread count, under ``torch.inference_mode()``, after
+warm-up calls, through ``torch.utils.benchmark``. What a timed call does is the runtime's
+business (fbnas.runtimes: a module in eval mode, or an ONNX Runtime session); this module only
+calls it, so that every runtime is timed with the same rounds and drift correction.
 
 A shared machine's speed drifts by several percent from one second to the next (and by far
 more during a busy spell), which swamps the few-percent differences between candidate ops.
@@ -82,12 +84,6 @@ def protocol(rounds: int, block_time: float, warmup: int) -> dict:
         "drift_correction": f"each block divided by the median slowdown of the "
                             f"{2 * DRIFT_NEIGHBOURS} blocks around it",
     }
-
-
-def runner(module: torch.nn.Module, x: torch.Tensor) -> Callable[[], object]:
-    """A zero-argument call of ``module`` on ``x`` in eval mode."""
-    module.eval()
-    return lambda: module(x)
 
 
 def drift_correct(items: np.ndarray, times: np.ndarray, visits: np.ndarray | None = None,

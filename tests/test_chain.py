@@ -23,8 +23,9 @@ def cli(*args):
 
 def test_profile_train_sample_retrain_export(tmp_path):
     lut = tmp_path / "tiny.json"
-    cli("profile", "--space", "tiny", "--out", lut, "--rounds", 1, "--extra-time", 0.05,
-        "--block-time", 0.005)
+    # eager keeps this test quick; tests/test_onnx_runtime.py covers onnxruntime tables
+    cli("profile", "--space", "tiny", "--runtime", "eager", "--out", lut, "--rounds", 1,
+        "--extra-time", 0.05, "--block-time", 0.005)
     run = tmp_path / "search"
     common = ["--data-dir", CIFAR_SUBSET, "--threads", 1, "--set", "data.limit=600",
               "--set", "data.batch_size=32", "--set", "run.progress=false"]

@@ -28,14 +28,14 @@ def test_usage_error_exit_code_2():
 
 def test_profile_tiny_end_to_end_and_refuses_overwrite(tmp_path):
     out = tmp_path / "tiny.json"
-    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--extra-time", 0.05,
-            "--block-time", 0.002)
+    r = run("profile", "--space", "tiny", "--runtime", "eager", "--out", out, "--rounds", 1,
+            "--extra-time", 0.05, "--block-time", 0.002)
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())
     assert data["space"]["name"] == "tiny" and len(data["layers"]) == 4
     assert "fastest non-skip" in r.output and "runner-up" in r.output
-    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--extra-time", 0.05,
-            "--block-time", 0.002)
+    r = run("profile", "--space", "tiny", "--runtime", "eager", "--out", out, "--rounds", 1,
+            "--extra-time", 0.05, "--block-time", 0.002)
     assert r.exit_code == 1 and "--force" in r.output and "Traceback" not in r.output
     r = run("show-lut", out, "--space", "tiny")
     assert r.exit_code == 0 and "4 layers" in r.output
@@ -68,8 +68,8 @@ def test_calibrate_stores_calibration_once(tiny_lut_file):
 
 def test_profile_check_stores_calibration(tmp_path):
     out = tmp_path / "tiny.json"
-    r = run("profile", "--space", "tiny", "--out", out, "--rounds", 1, "--extra-time", 0.05,
-            "--block-time", 0.002, "--check", 5)
+    r = run("profile", "--space", "tiny", "--runtime", "eager", "--out", out, "--rounds", 1,
+            "--extra-time", 0.05, "--block-time", 0.002, "--check", 5)
     assert r.exit_code == 0, r.output
     cal = json.loads(out.read_text())["calibration"]
     assert cal["networks_fit"] == 2 and cal["networks_test"] == 3

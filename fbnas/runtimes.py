@@ -1,0 +1,220 @@
+"""The runtimes a lookup table can be measured in, and what a timed block calls in each.
+
+A table predicts latency only in the runtime it was measured in. Eager PyTorch at batch 1
+spends a fixed per-module cost of the order of a hundred microseconds on every block, which
+hides the candidates' differences (the cheap ones end up within a fraction of a percent of
+each other); ONNX Runtime, which runs what ``fbnas export --format onnx`` writes, has far less
+per-call overhead and shows them. So every table records its runtime, and calibration and
+whole-network timing refuse a table of another runtime.
+
+* ``eager``: the module itself in eval mode (fbnas.timing adds ``torch.inference_mode()``).
+* ``onnxruntime``: the module exported exactly as ``fbnas export --format onnx`` exports a
+  network (:func:`onnx_program`: torch's dynamo exporter with its default opset and graph
+  optimisation, which folds BN into the convolutions, and a dynamic batch dimension), loaded
+  into an ``InferenceSession`` on the CPU provider with explicit intra- and inter-op thread
+  counts and full graph optimisation, and called with ``InferenceSession.run``.
+
+fbnas.timing's rounds and drift correction are shared by both: they only call the runners.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable
+
+from fbnas.errors import FbnasError
+
+if TYPE_CHECKING:  # torch is imported where it is used, so the CLI can read RUNTIMES cheaply
+    import torch
+    from torch import nn
+
+RUNTIMES = ("eager", "onnxruntime")
+#: what new tables are measured in: the runtime exported networks are deployed with
+DEFAULT_RUNTIME = "onnxruntime"
+#: what a table that records no runtime was measured in (every table before runtimes existed)
+UNRECORDED_RUNTIME = "eager"
+ONNX_HINT = "reinstall fbnas with its dependencies: pip install -e ."
+#: the batch of the example input an export traces; 1 would be specialised to a constant
+EXAMPLE_BATCH = 2
+#: ONNX Runtime's threads for running independent nodes in parallel; with the sequential
+#: execution mode used here it stays idle, and it is recorded so that nobody has to guess
+INTER_OP_THREADS = 1
+GRAPH_OPTIMIZATION = "ORT_ENABLE_ALL"
+PROVIDER = "CPUExecutionProvider"
+
+Runner = Callable[[], object]
+
+
+def require_onnx() -> None:
+    """Raise a one-line FbnasError naming the fix when the ONNX packages cannot be imported."""
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError:
+        raise FbnasError(f"ONNX export and timing need the onnx, onnxscript and onnxruntime "
+                         f"packages; {ONNX_HINT}") from None
+
+
+def dynamic_batch() -> tuple:
+    """``dynamic_shapes`` that keep dimension 0 of the only input free in an export."""
+    from torch.export import Dim
+
+    return ({0: Dim("batch", min=1, max=4096)},)
+
+
+def onnx_program(module: nn.Module, example: torch.Tensor, output_name: str = "output"):
+    """Export ``module`` (in eval mode) to an ONNX program: the one export of fbnas.
+
+    ``fbnas export --format onnx`` writes this program for a network, and ``onnxruntime``
+    tables time it for every entry and network, so that what is timed is what is deployed.
+    ``example`` should have a batch of at least 2 (see EXAMPLE_BATCH).
+    """
+    import torch
+
+    require_onnx()
+    module.eval()
+    try:
+        return torch.onnx.export(module, (example,), None, dynamo=True,
+                                 dynamic_shapes=dynamic_batch(), input_names=["input"],
+                                 output_names=[output_name], verbose=False)
+    except Exception as e:  # the exporter wraps failures from several layers of tooling
+        raise FbnasError(f"ONNX export failed: {str(e).splitlines()[0][:200]}") from None
+
+
+def example_like(x: torch.Tensor) -> torch.Tensor:
+    """A random export example of ``x``'s shape but a batch of EXAMPLE_BATCH."""
+    import torch
+
+    return torch.randn(EXAMPLE_BATCH, *x.shape[1:])
+
+
+def session(model: bytes, threads: int):
+    """An ONNX Runtime session on the CPU with the thread counts and optimisation recorded."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = INTER_OP_THREADS
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, GRAPH_OPTIMIZATION)
+    options.log_severity_level = 3  # errors only: stdout and stderr stay the command's
+    return ort.InferenceSession(model, options, providers=[PROVIDER])
+
+
+class Runtime:
+    """Turns (module, input) pairs into zero-argument calls for fbnas.timing to time."""
+
+    name = ""
+    mode = ""
+
+    def __init__(self, threads: int = 1):
+        self.threads = threads
+
+    def runner(self, module: nn.Module, x: torch.Tensor, key: str | None = None) -> Runner:
+        """A call of ``module`` on ``x`` in this runtime. ``key``, when given, names what the
+        module computes (a table entry key), so a runtime may reuse its work for that key."""
+        raise NotImplementedError
+
+    def runners(self, items: dict[str, tuple[nn.Module, torch.Tensor]], keyed: bool = False,
+                desc: str = "preparing") -> dict[str, Runner]:
+        """:meth:`runner` for every item; ``keyed``: the item keys are entry keys."""
+        return {k: self.runner(m, x, k if keyed else None) for k, (m, x) in items.items()}
+
+    def settings(self) -> dict:
+        """What a table records under ``protocol.runtime_settings``."""
+        return {"intra_op_threads": self.threads}
+
+
+class Eager(Runtime):
+    """The module itself, in eval mode."""
+
+    name = "eager"
+    mode = "eval+inference_mode"
+
+    def runner(self, module, x, key=None):
+        module.eval()
+        return lambda: module(x)
+
+    def settings(self) -> dict:
+        import torch
+
+        return {"torch": torch.__version__, **super().settings()}
+
+
+class OnnxRuntime(Runtime):
+    """The module exported by :func:`onnx_program`, run by an ONNX Runtime session.
+
+    Sessions of entry keys are kept, so that a table's entries are exported once even when
+    ``profile --check`` re-times them for the calibration.
+    """
+
+    name = "onnxruntime"
+    mode = "exported in eval mode, InferenceSession.run"
+
+    def __init__(self, threads: int = 1):
+        require_onnx()
+        super().__init__(threads)
+        self._sessions: dict[str, object] = {}
+        self.opsets: set[int] = set()
+        self.export_seconds = 0.0
+
+    def _session(self, module: nn.Module, x: torch.Tensor):
+        started = time.monotonic()
+        proto = onnx_program(module, example_like(x)).model_proto
+        self.opsets.update(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+        sess = session(proto.SerializeToString(), self.threads)
+        self.export_seconds += time.monotonic() - started
+        return sess
+
+    def runner(self, module, x, key=None):
+        sess = self._sessions.get(key) if key is not None else None
+        if sess is None:
+            sess = self._session(module, x)
+            if key is not None:
+                self._sessions[key] = sess
+        feeds = {sess.get_inputs()[0].name: x.detach().contiguous().numpy()}
+        run = sess.run
+        return lambda: run(None, feeds)
+
+    def runners(self, items, keyed=False, desc="exporting to ONNX"):
+        from fbnas.progress import Progress
+
+        progress = Progress(total=len(items), desc=desc)
+        out = {}
+        for k, (m, x) in items.items():
+            out[k] = self.runner(m, x, k if keyed else None)
+            progress.update()
+        progress.close()
+        return out
+
+    def settings(self) -> dict:
+        import onnx
+        import onnxruntime as ort
+        import onnxscript
+        import torch
+
+        out = {"onnxruntime": ort.__version__, "onnx": onnx.__version__,
+               "onnxscript": onnxscript.__version__, "torch": torch.__version__,
+               "exporter": "torch.onnx.export(dynamo=True), default optimisation, dynamic "
+                           f"batch (example batch {EXAMPLE_BATCH})",
+               "provider": PROVIDER, **super().settings(),
+               "inter_op_threads": INTER_OP_THREADS, "execution_mode": "ORT_SEQUENTIAL",
+               "graph_optimization_level": GRAPH_OPTIMIZATION,
+               "call": "InferenceSession.run(None, {input: numpy array})",
+               "export_seconds": round(self.export_seconds, 1)}
+        if self.opsets:
+            out["opset"] = max(self.opsets)
+        return out
+
+
+def make_runtime(runtime: str | Runtime, threads: int = 1) -> Runtime:
+    """The runtime named ``runtime`` with ``threads`` intra-op threads; a Runtime passes
+    through unchanged."""
+    if isinstance(runtime, Runtime):
+        return runtime
+    if runtime == "eager":
+        return Eager(threads)
+    if runtime == "onnxruntime":
+        return OnnxRuntime(threads)
+    raise FbnasError(f"unknown runtime {runtime!r}; use one of {', '.join(RUNTIMES)}")
