@@ -53,6 +53,19 @@ def search(args, out: Path, sets: list[str]) -> tuple[list[str], dict]:
     return ops, info
 
 
+def reused_search(args, out: Path) -> tuple[list[str], dict]:
+    """The argmax architecture of a finished search in ``out``, without searching again."""
+    from fbnas.search import load_checkpoint
+
+    ck = load_search_checkpoint(out)
+    raw = load_checkpoint(out)
+    hist = raw["history"]
+    return hard_ops(ck.space, ck.probs), {
+        "val_top1": [round(r.get("val_top1", float("nan")), 2) for r in hist],
+        "minutes": sum(r["seconds"] for r in hist) / 60, "space": ck.space,
+        "lut": raw["config"]["lut"]}
+
+
 def random_matching(lut, ops_like: float, n: int, tol: float, seed: int,
                     tries: int = 200_000) -> list[list[str]]:
     """``n`` distinct random architectures with predicted latency within ``tol`` of
@@ -100,9 +113,13 @@ def fmt_ops(ops: list[str]) -> str:
 
 def quality(args) -> None:
     out = Path(args.out)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    ops, info = search(args, out / "search", [])
+    if args.reuse_search and (out / "search" / "checkpoints" / "last.pt").is_file():
+        shutil.rmtree(out / "retrain", ignore_errors=True)
+        ops, info = reused_search(args, out / "search")
+    else:
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        ops, info = search(args, out / "search", [])
     lut = load_lut(info["lut"], info["space"])
     lat = lut.predict(ops)
     print(f"search: {len(info['val_top1'])} epochs in {info['minutes']:.1f} min, supernet val "
@@ -169,6 +186,8 @@ def main() -> None:
     ap.add_argument("--knob", choices=["beta", "target_ms"], default="beta")
     ap.add_argument("--values", type=float, nargs="+", default=[0.3, 0.6, 1.2])
     ap.add_argument("--set", action="append", default=[], help="extra config key=value")
+    ap.add_argument("--reuse-search", action="store_true",
+                    help="quality: take the architecture of the finished search in OUT/search")
     args = ap.parse_args()
     args.out = args.out or f"runs/bench-{args.mode}"
     (quality if args.mode == "quality" else sweep)(args)

@@ -110,6 +110,7 @@ class RetrainConfig:
     arch: Optional[str] = None  # architecture file written by fbnas sample
     name: Optional[str] = None  # which architecture in it (optional if it holds one)
     epochs: int = 100
+    warmup_epochs: float = 1.0  # linear LR warm-up (the larger of this and optim.weights')
     label_smoothing: float = 0.1
     dropout: float = 0.0  # before the classifier
     decay_norm_and_bias: bool = False  # weight decay on BN parameters and biases too
@@ -251,6 +252,7 @@ def validate(cfg: Config) -> Config:
     need(cfg.run.log_every >= 1, "config key run.log_every must be >= 1")
     r = cfg.retrain
     need(r.epochs >= 1, "config key retrain.epochs must be at least 1")
+    need(r.warmup_epochs >= 0, "config key retrain.warmup_epochs must be >= 0")
     need(0 <= r.label_smoothing < 1, "config key retrain.label_smoothing must be in [0, 1)")
     need(0 <= r.dropout < 1, "config key retrain.dropout must be in [0, 1)")
     return cfg

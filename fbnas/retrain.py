@@ -37,6 +37,10 @@ class Retrain(Trainer):
         self.resolution = self.definition["input"]["resolution"]
         self.num_classes = self.definition["head"]["classes"]
 
+    def lr_warmup_epochs(self) -> float:
+        # a fresh network at lr 0.1 and batch 64 spikes in its first epoch without a ramp
+        return max(self.cfg.optim.weights.warmup_epochs, self.cfg.retrain.warmup_epochs)
+
     def check_resume(self, ckpt: dict) -> None:
         diff = structure_difference(ckpt.get("definition", {}), self.definition)
         if diff:

@@ -219,7 +219,7 @@ class Trainer:
         steps = max(1, len(self.train_loader) // self.accumulate)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizers["weights"],
-            cosine_factor(steps, self.epochs, ow.warmup_epochs, ow.min_lr / ow.lr))
+            cosine_factor(steps, self.epochs, self.lr_warmup_epochs(), ow.min_lr / ow.lr))
         self.epoch = 0
         self.position = 0  # plan items already done in the current epoch
         self.global_step = 0
@@ -232,6 +232,10 @@ class Trainer:
 
     def setup(self) -> None:
         """Resolve what the model is built from (space, table, definition)."""
+
+    def lr_warmup_epochs(self) -> float:
+        """Epochs of linear learning-rate warm-up before the cosine schedule."""
+        return self.cfg.optim.weights.warmup_epochs
 
     find_unused_parameters = False
 
