@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 FBNAS := $(VENV)/bin/fbnas
 DATA ?= ../shared/data/cifar10-subset
-LUT ?= lookup_tables/fbnet_cifar.json
+LUT ?= lookup_tables/fbnet_cifar_ort.json
 
 .PHONY: install test demo profile clean
 
