@@ -29,7 +29,7 @@ from fbnas.arch import load_search_checkpoint, hard_ops
 from fbnas.config import load_config
 from fbnas.lut import load_lut
 from fbnas.retrain import run_retrain
-from fbnas.search import run_search
+from fbnas.search import load_checkpoint, run_search
 
 
 def log_to(path: Path):
@@ -43,20 +43,12 @@ def search(args, out: Path, sets: list[str]) -> tuple[list[str], dict]:
     epochs = [f"search.epochs={args.search_epochs}"] if args.search_epochs else []
     cfg = load_config(args.config, [*epochs, f"run.threads={args.threads}", "run.progress=false",
                                     *args.set, *sets])
-    t0 = time.monotonic()
-    result = run_search(cfg, out, force=True, echo=log_to(out.parent / f"{out.name}.log"))
-    ck = load_search_checkpoint(out)
-    ops = hard_ops(ck.space, ck.probs)
-    hist = result["history"]
-    info = {"val_top1": [round(r.get("val_top1", float("nan")), 2) for r in hist],
-            "minutes": (time.monotonic() - t0) / 60, "space": ck.space, "lut": cfg.lut}
-    return ops, info
+    run_search(cfg, out, force=True, echo=log_to(out.parent / f"{out.name}.log"))
+    return reused_search(args, out)
 
 
 def reused_search(args, out: Path) -> tuple[list[str], dict]:
-    """The argmax architecture of a finished search in ``out``, without searching again."""
-    from fbnas.search import load_checkpoint
-
+    """The argmax architecture and the history of the finished search in ``out``."""
     ck = load_search_checkpoint(out)
     raw = load_checkpoint(out)
     hist = raw["history"]

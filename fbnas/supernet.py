@@ -82,9 +82,7 @@ class MixedOp(nn.Module):
             return gumbel_softmax(self.theta, tau, hard=False, samples=samples)
         if mode == "hard":
             return gumbel_softmax(self.theta, tau, hard=True, samples=samples)
-        if mode == "softmax":
-            return F.softmax(self.theta, dim=-1), None
-        if mode == "argmax" and self.soft_transition:
+        if mode == "softmax" or (mode == "argmax" and self.soft_transition):
             return F.softmax(self.theta, dim=-1), None
         if mode == "argmax":
             idx = self.theta.argmax()
