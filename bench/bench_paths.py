@@ -29,7 +29,7 @@ from fbnas.supernet import Supernet
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--space", default="fbnet_cifar")
-    ap.add_argument("--lut", default="lookup_tables/fbnet_cifar.json")
+    ap.add_argument("--lut", default="lookup_tables/fbnet_cifar_ort.json")
     ap.add_argument("--data-dir", default="../shared/data/cifar10-subset")
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--warm", type=int, default=0, help="linear LR warm-up steps")

@@ -143,7 +143,7 @@ def calibrate(lut_path, networks, fit, seed, rounds, block_time, runtime, dry_ru
 
     \b
     Example:
-      fbnas calibrate lookup_tables/fbnet_cifar.json --networks 50 --fit 20
+      fbnas calibrate lookup_tables/fbnet_cifar_ort.json --networks 50 --fit 20
     """
     from fbnas.fidelity import calibrate_lut
     from fbnas.io import write_json
@@ -174,7 +174,7 @@ def show_lut(lut_path, space_name):
 
     \b
     Example:
-      fbnas show-lut lookup_tables/fbnet_cifar.json --space fbnet_cifar
+      fbnas show-lut lookup_tables/fbnet_cifar_ort.json --space fbnet_cifar
     """
     from fbnas.arch import warn_other_machine
     from fbnas.lut import load_lut

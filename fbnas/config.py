@@ -67,6 +67,10 @@ class SearchConfig:
     # training images run through the evaluated path to re-estimate its BN statistics
     # before each evaluation (0 = use the running statistics of the shared weights)
     recalibrate_images: int = 1024
+    # hard mode, theta steps: "all" runs every candidate so that the straight-through
+    # gradient reaches each candidate's theta (the cost of a soft step); "sampled" runs only
+    # the sampled one (the cost of a hard step), whose gradient barely tells candidates apart
+    theta_gradient: str = _choices("all", "sampled", default="all")
 
 
 @dataclass
@@ -128,7 +132,7 @@ class RunConfig:
 @dataclass
 class Config:
     space: str = "fbnet_cifar"
-    lut: str = "lookup_tables/fbnet_cifar.json"
+    lut: str = "lookup_tables/fbnet_cifar_ort.json"
     data: DataConfig = field(default_factory=DataConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
     loss: LossConfig = field(default_factory=LossConfig)

@@ -83,7 +83,7 @@ class Retrain(Trainer):
     def plan_length(self, epoch: int) -> int:
         return len(self.train_loader)
 
-    def forward_loss(self, x: torch.Tensor, y: torch.Tensor, epoch: int):
+    def forward_loss(self, x: torch.Tensor, y: torch.Tensor, epoch: int, phase: str):
         ce = F.cross_entropy(self.model(x), y, label_smoothing=self.cfg.retrain.label_smoothing)
         return ce, ce, None, None
 

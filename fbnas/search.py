@@ -163,16 +163,29 @@ class Search(Trainer):
         k = self.accumulate
         return 2 * (nw // k) * k
 
-    def forward_loss(self, x: torch.Tensor, y: torch.Tensor, epoch: int):
+    def forward_loss(self, x: torch.Tensor, y: torch.Tensor, epoch: int, phase: str):
         s, lo = self.cfg.search, self.cfg.loss
+        every = s.mode == "hard" and phase == "theta" and s.theta_gradient == "all"
+        self._weights_need_grad(phase == "weights")
         logits, cost = self.model(x, tau=temperature(self.cfg, epoch), mode=s.mode,
-                                  per_sample=s.per_sample)
+                                  per_sample=s.per_sample, all_candidates=every)
         ce = F.cross_entropy(logits, y, reduction="none" if cost.dim() else "mean")
         if lo.form == "target":
             loss, factor = target_loss(ce, cost, lo.target_ms * 1000.0, lo.target_exponent)
         else:
             loss, factor = paper_loss(ce, cost, lo.alpha, lo.beta)
         return loss.mean(), ce, cost, factor
+
+    def _weights_need_grad(self, on: bool) -> None:
+        """A theta step never uses the weights' gradients: not computing them saves about a
+        third of its backward. Under DDP only where unused parameters are allowed (hard mode);
+        otherwise the reducer would wait for gradients that never come."""
+        if self.info.enabled and not self.find_unused_parameters:
+            return
+        if getattr(self, "_weight_grads", True) != on:
+            for p in self.net.weight_parameters():
+                p.requires_grad_(on)
+            self._weight_grads = on
 
     def eval_logits(self, x: torch.Tensor) -> torch.Tensor:
         """Deterministic: argmax or softmax of theta, never Gumbel noise."""

@@ -158,7 +158,14 @@ class Supernet(nn.Module):
             self.to(memory_format=torch.channels_last)
 
     def forward(self, x: torch.Tensor, tau: float = 1.0, mode: str = "soft",
-                per_sample: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                per_sample: bool = False, all_candidates: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``all_candidates`` (hard mode): run every candidate, weighted by the straight-through
+        one-hot sample, so the output is still the sampled path's but d loss / d weight_k =
+        <grad, op_k(x)> exists for every candidate k, as the Gumbel straight-through estimator
+        defines it. Running only the sampled candidate leaves that one term; in a residual
+        layer it is dominated by the identity part every candidate shares, and theta stays
+        near uniform."""
         samples = x.shape[0] if per_sample and mode in ("soft", "hard") else None
         if self.impl == "fast":
             x = x.contiguous(memory_format=torch.channels_last)
@@ -166,7 +173,7 @@ class Supernet(nn.Module):
         total = x.new_tensor(self.fixed_cost)
         for layer in self.layers:
             w, idx = layer.weights(mode, tau, samples)
-            x = layer(x, w, idx)
+            x = layer(x, w, None if all_candidates else idx)
             total = total + (w * layer.cost).sum(dim=-1)
         return self.head(x), self.cal_a * total + self.cal_b
 

@@ -167,8 +167,8 @@ class Trainer:
     def plan_length(self, epoch: int) -> int:
         raise NotImplementedError
 
-    def forward_loss(self, x: torch.Tensor, y: torch.Tensor, epoch: int):
-        """(loss, ce, cost or None, cost factor or None) of one micro-batch."""
+    def forward_loss(self, x: torch.Tensor, y: torch.Tensor, epoch: int, phase: str):
+        """(loss, ce, cost or None, cost factor or None) of one micro-batch of ``phase``."""
         raise NotImplementedError
 
     def eval_logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -351,7 +351,7 @@ class Trainer:
             # average once, in the backward of the last micro-batch of each step
             sync = nullcontext() if last_micro or not self.info.enabled else self.model.no_sync()
             with sync:
-                loss, ce, cost, factor = self.forward_loss(x, y, epoch)
+                loss, ce, cost, factor = self.forward_loss(x, y, epoch, phase)
                 values = self._step_values(loss, ce, cost, factor)
                 if values is None:
                     raise self._diverged(epoch, item, phase)

@@ -125,3 +125,31 @@ def test_theta_separate_from_weights(supernet):
     assert theta and weights and not theta & weights
     assert theta | weights == {id(p) for p in supernet.parameters()}
     assert len(theta) == len(load_space("tiny").layers)
+
+
+@pytest.mark.parametrize("per_sample", [False, True])
+def test_theta_gradient_of_all_candidates(supernet, per_sample):
+    """Hard mode with ``all_candidates``: the same sampled path's output (per batch; per image
+    the candidates see the whole batch's BN statistics), but the CE gradient reaches the
+    theta of every candidate, which the sampled candidate alone cannot give."""
+    supernet.train()
+    residual = [i for i, m in enumerate(supernet.layers) if not m.transition]
+    # the tiny space's residual layers feed a transition (conv + BN), which undoes any scale
+    # of its input: the sampled candidate's own straight-through term is then exactly zero
+    assert residual and all(supernet.layers[i + 1].transition for i in residual)
+    x, y = torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))
+    grads, outs = {}, {}
+    for every in (False, True):
+        torch.manual_seed(3)
+        supernet.zero_grad()
+        logits, _ = supernet(x, tau=2.0, mode="hard", per_sample=per_sample,
+                             all_candidates=every)
+        F.cross_entropy(logits, y).backward()
+        outs[every] = logits.detach()
+        grads[every] = [supernet.layers[i].theta.grad.clone() for i in residual]
+    for g_sampled, g_all in zip(grads[False], grads[True]):
+        assert float(g_all.abs().min()) > 0
+        if not per_sample:
+            assert float(g_sampled.abs().max()) < 1e-3 * float(g_all.abs().max())
+    if not per_sample:
+        assert torch.allclose(outs[False], outs[True], atol=1e-5)
