@@ -176,7 +176,7 @@ def show_lut(lut_path, space_name):
     Example:
       fbnas show-lut lookup_tables/fbnet_cifar.json --space fbnet_cifar
     """
-    from fbnas.arch import warn_other_machine
+    from fbnas.matching import warn_other_machine
     from fbnas.lut import load_lut
     from fbnas.space import load_space
 
@@ -368,8 +368,11 @@ def sample(source, hard, num, seed, name, out, lut_path, force):
       fbnas sample runs/search --num 10 --seed 1 --out archs.json
       python -c "import fbnas; print(fbnas.build_model('runs/search/arch.json', 'search_hard'))"
     """
-    from fbnas.arch import (add_architectures, format_entry, format_ranked,
-                            load_search_checkpoint, resolve_lut, sample_architectures)
+    from fbnas.checkpoint import load_search_checkpoint
+    from fbnas.definition import add_architectures
+    from fbnas.matching import resolve_lut
+    from fbnas.reports import format_entry, format_ranked
+    from fbnas.sampling import sample_architectures
     from fbnas.errors import UsageError
 
     if hard and num > 1:
@@ -426,7 +429,9 @@ def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_ti
     Example:
       fbnas latency runs/search/arch.json --name search_hard --threads 1
     """
-    from fbnas.arch import latency_report, recorded_lut, select
+    from fbnas.definition import select
+    from fbnas.matching import recorded_lut
+    from fbnas.measure import latency_report
 
     name, defn = select(arch_path, name)
     lut = recorded_lut(defn, lut_path)
@@ -448,7 +453,9 @@ def summary(arch_path, name, lut_path):
     Example:
       fbnas summary runs/search/arch.json --name search_hard
     """
-    from fbnas.arch import format_summary, recorded_lut, select
+    from fbnas.definition import select
+    from fbnas.matching import recorded_lut
+    from fbnas.reports import format_summary
 
     _, defn = select(arch_path, name)
     click.echo(format_summary(defn, recorded_lut(defn, lut_path)))
@@ -482,7 +489,7 @@ def export(arch_path, name, weights, random_weights, fmt, out, seed, force):
     """
     import torch
 
-    from fbnas.arch import build_model
+    from fbnas.definition import build_model
     from fbnas.errors import UsageError
     from fbnas.export import export_model, load_weights, require_onnx
 

@@ -22,6 +22,11 @@ GRAMMAR = "'skip' or kK_eE[_gG] with odd K, e.g. k3_e6, k5_e1_g2, k7_e4"
 SUPPORTED_STRIDES = (1, 2)
 
 
+def out_size(size: int, stride: int) -> int:
+    """Output side of a layer at ``stride`` (odd kernel K, padding K // 2): every op and stem."""
+    return (size - 1) // stride + 1
+
+
 @dataclass(frozen=True)
 class OpSpec:
     """A parsed op name: ``kernel``/``expansion``/``groups`` are None for ``skip``."""
