@@ -10,7 +10,7 @@ import click
 
 import fbnas
 from fbnas.errors import FbnasError, UsageError
-from fbnas.runtimes import DEFAULT_RUNTIME, RUNTIMES
+from fbnas.runtimes import DEFAULT_BLOCK_TIME, DEFAULT_RUNTIME, RUNTIMES
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -71,7 +71,7 @@ def main() -> None:
               help="Seconds of further rounds, only for candidates whose order against their "
                    "layer's fastest is not yet settled (within 3% and 3 standard errors) and "
                    "for noisy entries.")
-@click.option("--block-time", default=0.004, show_default=True,
+@click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,
               type=click.FloatRange(min=0.0001), help="Seconds per timed block of calls.")
 @click.option("--check", "check_n", default=0, show_default=True, type=click.IntRange(min=0),
               help="After profiling, calibrate and check on N random networks (see calibrate).")
@@ -124,7 +124,7 @@ def profile(space_name, out, runtime, threads, batch, rounds, extra_time, block_
 @click.option("--rounds", default=60, show_default=True, type=click.IntRange(min=2),
               help="Rounds that time every network and entry once (even and odd rounds give "
                    "the two timings of the noise floor).")
-@click.option("--block-time", default=0.004, show_default=True,
+@click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,
               type=click.FloatRange(min=0.0001), help="Seconds per timed block of calls.")
 @click.option("--runtime", default=None, type=click.Choice(RUNTIMES),
               help="Runtime to time the networks in; must be the table's [default: the "
@@ -413,7 +413,7 @@ def _arch_options(f):
               help="Batch size [default: the table's, else 1].")
 @click.option("--rounds", default=60, show_default=True, type=click.IntRange(min=1),
               help="Rounds, each timing the network and its table entries once.")
-@click.option("--block-time", default=0.004, show_default=True,
+@click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,
               type=click.FloatRange(min=0.0001), help="Seconds per timed block of calls.")
 @click.option("--seed", default=0, show_default=True, type=int)
 def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_time, seed):

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from fbnas.definition import Row, layer_rows
 from fbnas.errors import FbnasError, Warn, warn_stderr
 from fbnas.matching import match_lut, warn_other_machine
+from fbnas.runtimes import DEFAULT_BLOCK_TIME
 
 
 def measure_latency(defn: dict, threads: int, batch: int, rounds: int = 60,
-                    block_time: float = 0.004, seed: int = 0, lut=None,
+                    block_time: float = DEFAULT_BLOCK_TIME, seed: int = 0, lut=None,
                     ops: list[str] | None = None, runtime: str = "eager"
                     ) -> tuple[dict, float | None]:
     """Whole-network latency (median/IQR/min in us) in ``runtime`` with the profiling protocol.
@@ -57,7 +58,7 @@ def measure_latency(defn: dict, threads: int, batch: int, rounds: int = 60,
 
 
 def latency_report(defn: dict, lut=None, threads: int | None = None, batch: int | None = None,
-                   rounds: int = 60, block_time: float = 0.004, seed: int = 0,
+                   rounds: int = 60, block_time: float = DEFAULT_BLOCK_TIME, seed: int = 0,
                    runtime: str | None = None, warn: Warn = warn_stderr) -> str:
     """Measure ``defn`` and compare with ``lut``'s prediction; threads, batch and runtime
     default to the table's (the runtime to onnxruntime without a table).
