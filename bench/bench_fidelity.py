@@ -15,6 +15,7 @@ import time
 
 from fbnas.fidelity import calibrate_lut
 from fbnas.lut import load_lut
+from fbnas.runtimes import DEFAULT_BLOCK_TIME
 
 
 def main() -> None:
@@ -24,7 +25,7 @@ def main() -> None:
     ap.add_argument("--fit", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=60)
-    ap.add_argument("--block-time", type=float, default=0.004)
+    ap.add_argument("--block-time", type=float, default=DEFAULT_BLOCK_TIME)
     args = ap.parse_args()
     lut = load_lut(args.lut)
     print(f"{args.lut}: batch {lut.batch}, {lut.threads} thread(s); load average before: "

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from fbnas.lut import LUT, fastest_non_skip, profile_space
-from fbnas.runtimes import DEFAULT_RUNTIME, RUNTIMES
+from fbnas.runtimes import DEFAULT_BLOCK_TIME, DEFAULT_RUNTIME, RUNTIMES
 from fbnas.space import load_space
 
 
@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--runtime", choices=RUNTIMES, default=DEFAULT_RUNTIME)
     ap.add_argument("--rounds", type=int, default=80)
     ap.add_argument("--extra-time", type=float, default=50.0)
-    ap.add_argument("--block-time", type=float, default=0.004)
+    ap.add_argument("--block-time", type=float, default=DEFAULT_BLOCK_TIME)
     args = ap.parse_args()
 
     space = load_space(args.space)

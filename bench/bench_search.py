@@ -25,11 +25,12 @@ import statistics
 import time
 from pathlib import Path
 
-from fbnas.arch import load_search_checkpoint, hard_ops
+from fbnas.checkpoint import load_checkpoint, load_search_checkpoint
 from fbnas.config import load_config
 from fbnas.lut import load_lut
 from fbnas.retrain import run_retrain
-from fbnas.search import load_checkpoint, run_search
+from fbnas.sampling import hard_ops
+from fbnas.search import run_search
 
 
 def log_to(path: Path):

@@ -10,7 +10,7 @@ import click
 
 import fbnas
 from fbnas.errors import FbnasError, UsageError
-from fbnas.runtimes import DEFAULT_RUNTIME, RUNTIMES
+from fbnas.runtimes import DEFAULT_BLOCK_TIME, DEFAULT_RUNTIME, RUNTIMES
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -71,7 +71,7 @@ def main() -> None:
               help="Seconds of further rounds, only for candidates whose order against their "
                    "layer's fastest is not yet settled (within 3% and 3 standard errors) and "
                    "for noisy entries.")
-@click.option("--block-time", default=0.004, show_default=True,
+@click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,
               type=click.FloatRange(min=0.0001), help="Seconds per timed block of calls.")
 @click.option("--check", "check_n", default=0, show_default=True, type=click.IntRange(min=0),
               help="After profiling, calibrate and check on N random networks (see calibrate).")
@@ -124,7 +124,7 @@ def profile(space_name, out, runtime, threads, batch, rounds, extra_time, block_
 @click.option("--rounds", default=60, show_default=True, type=click.IntRange(min=2),
               help="Rounds that time every network and entry once (even and odd rounds give "
                    "the two timings of the noise floor).")
-@click.option("--block-time", default=0.004, show_default=True,
+@click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,
               type=click.FloatRange(min=0.0001), help="Seconds per timed block of calls.")
 @click.option("--runtime", default=None, type=click.Choice(RUNTIMES),
               help="Runtime to time the networks in; must be the table's [default: the "
@@ -176,7 +176,7 @@ def show_lut(lut_path, space_name):
     Example:
       fbnas show-lut lookup_tables/fbnet_cifar_ort.json --space fbnet_cifar
     """
-    from fbnas.arch import warn_other_machine
+    from fbnas.matching import warn_other_machine
     from fbnas.lut import load_lut
     from fbnas.space import load_space
 
@@ -368,8 +368,11 @@ def sample(source, hard, num, seed, name, out, lut_path, force):
       fbnas sample runs/search --num 10 --seed 1 --out archs.json
       python -c "import fbnas; print(fbnas.build_model('runs/search/arch.json', 'search_hard'))"
     """
-    from fbnas.arch import (add_architectures, format_entry, format_ranked,
-                            load_search_checkpoint, resolve_lut, sample_architectures)
+    from fbnas.checkpoint import load_search_checkpoint
+    from fbnas.definition import add_architectures
+    from fbnas.matching import resolve_lut
+    from fbnas.reports import format_entry, format_ranked
+    from fbnas.sampling import sample_architectures
     from fbnas.errors import UsageError
 
     if hard and num > 1:
@@ -410,7 +413,7 @@ def _arch_options(f):
               help="Batch size [default: the table's, else 1].")
 @click.option("--rounds", default=60, show_default=True, type=click.IntRange(min=1),
               help="Rounds, each timing the network and its table entries once.")
-@click.option("--block-time", default=0.004, show_default=True,
+@click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,
               type=click.FloatRange(min=0.0001), help="Seconds per timed block of calls.")
 @click.option("--seed", default=0, show_default=True, type=int)
 def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_time, seed):
@@ -426,7 +429,9 @@ def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_ti
     Example:
       fbnas latency runs/search/arch.json --name search_hard --threads 1
     """
-    from fbnas.arch import latency_report, recorded_lut, select
+    from fbnas.definition import select
+    from fbnas.matching import recorded_lut
+    from fbnas.measure import latency_report
 
     name, defn = select(arch_path, name)
     lut = recorded_lut(defn, lut_path)
@@ -448,7 +453,9 @@ def summary(arch_path, name, lut_path):
     Example:
       fbnas summary runs/search/arch.json --name search_hard
     """
-    from fbnas.arch import format_summary, recorded_lut, select
+    from fbnas.definition import select
+    from fbnas.matching import recorded_lut
+    from fbnas.reports import format_summary
 
     _, defn = select(arch_path, name)
     click.echo(format_summary(defn, recorded_lut(defn, lut_path)))
@@ -482,7 +489,7 @@ def export(arch_path, name, weights, random_weights, fmt, out, seed, force):
     """
     import torch
 
-    from fbnas.arch import build_model
+    from fbnas.definition import build_model
     from fbnas.errors import UsageError
     from fbnas.export import export_model, load_weights, require_onnx
 

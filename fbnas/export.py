@@ -8,9 +8,10 @@ from pathlib import Path
 
 import torch
 
-from fbnas.arch import space_hash_of, structure_difference
+from fbnas.checkpoint import load_weights_file
+from fbnas.definition import space_hash_of, structure_difference
 from fbnas.errors import FbnasError
-from fbnas.io import CHECKPOINT_FORMAT, atomic_write, load_torch, refuse_overwrite
+from fbnas.io import atomic_write, refuse_overwrite
 from fbnas.model import Network
 from fbnas.runtimes import EXAMPLE_BATCH, dynamic_batch, onnx_program, require_onnx
 
@@ -24,21 +25,12 @@ def load_weights(model: Network, path: str | Path) -> str:
     A checkpoint must have been trained for the same architecture: same space (when both
     record one) and the same input, stem, blocks and head.
     """
-    obj = load_torch(path)
+    state, theirs = load_weights_file(path)
     defn = model.definition
     name = defn.get("name", "the architecture")
-    if isinstance(obj, dict) and "format" in obj:
-        if obj.get("format") != CHECKPOINT_FORMAT:
-            raise FbnasError(f"checkpoint {path} has format {obj.get('format')!r}; this fbnas "
-                             f"reads {CHECKPOINT_FORMAT!r}")
-        if obj.get("kind") == "search":
-            raise FbnasError(f"{path} is a search (supernet) checkpoint; retrain the "
-                             "architecture first, or pass --random-weights to try the export")
-        if obj.get("kind") != "model" or not isinstance(obj.get("definition"), dict) \
-                or not isinstance(obj.get("model"), dict):
-            raise FbnasError(f"checkpoint {path} is not a model checkpoint (want kind 'model' "
-                             "with 'definition' and 'model')")
-        theirs = obj["definition"]
+    if theirs is None:
+        what = f"state_dict {path}"
+    else:
         mine_h, theirs_h = space_hash_of(defn), space_hash_of(theirs)
         if mine_h and theirs_h and mine_h != theirs_h:
             raise FbnasError(f"checkpoint {path} was trained in space "
@@ -51,12 +43,7 @@ def load_weights(model: Network, path: str | Path) -> str:
         if diff:
             raise FbnasError(f"checkpoint {path} was trained for architecture "
                              f"{theirs.get('name', '?')}, which differs from {name}: {diff}")
-        state, what = obj["model"], f"model checkpoint {path} (architecture {theirs.get('name')})"
-    elif isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
-        state, what = obj, f"state_dict {path}"
-    else:
-        raise FbnasError(f"{path} is neither an fbnas model checkpoint nor a state_dict of the "
-                         "network")
+        what = f"model checkpoint {path} (architecture {theirs.get('name')})"
     own = model.state_dict()
     missing = [k for k in own if k not in state]
     extra = [k for k in state if k not in own]

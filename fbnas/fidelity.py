@@ -22,7 +22,7 @@ from scipy.stats import kendalltau
 from fbnas.lut import (LUT, arch_entries, entry_runners, fixed_entries, layer_entries,
                        profile_units)
 from fbnas.model import Network
-from fbnas.runtimes import Runtime, make_runtime
+from fbnas.runtimes import DEFAULT_BLOCK_TIME, Runtime, make_runtime
 from fbnas.timing import measure_rounds, set_threads
 
 
@@ -117,7 +117,7 @@ def random_archs(lut: LUT, n: int, seed: int, spread: int = 0) -> list[list[str]
 
 
 def calibrate_lut(lut: LUT, networks: int = 50, fit: int = 20, seed: int = 0,
-                  rounds: int = 60, block_time: float = 0.004,
+                  rounds: int = 60, block_time: float = DEFAULT_BLOCK_TIME,
                   runtime: str | Runtime | None = None) -> FidelityReport:
     """Time ``networks`` random networks and the table's entries; fit and score a calibration.
 

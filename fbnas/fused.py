@@ -17,6 +17,9 @@ per-candidate loop in :class:`fbnas.supernet.MixedOp`, with the same parameters 
   with w_i * gamma and w_i * beta), so the outputs are summed in place without a scaling pass.
 - The identity residuals and an identity ``skip`` are one ``(sum of their w_i) * x`` term.
 
+Which candidates take these paths the op registry says (:attr:`fbnas.ops.OpFamily.fused`);
+candidates of other registered ops run unchanged and are weighted and summed as in the loop.
+
 Candidates still run one after another, so each one's feature maps are as small (and as
 cache-friendly) as in the loop; concatenating candidates into wide tensors measured slower.
 Tensors are expected in channels_last format, where the depthwise convs are markedly faster
@@ -28,11 +31,13 @@ float32 loop is itself up to ~0.7% away from a float64 computation).
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fbnas.ops import InvertedResidual, Skip
+from fbnas.ops import InvertedResidual, Skip, parse_op
 
 
 def _bn_factor(bn: nn.BatchNorm2d) -> float:
@@ -111,24 +116,36 @@ def folded_conv_bn(x: torch.Tensor, stats: InputStats, conv: nn.Conv2d, bn: nn.B
 
 
 class FusedPlan:
-    """Which candidates of a mixed op are blocks, identities or projecting skips."""
+    """Which candidates of a mixed op are blocks, identities, projecting skips or plain ops.
 
-    def __init__(self, ops: nn.ModuleList):
+    The op registry says how each candidate may be fused (:attr:`fbnas.ops.OpFamily.fused`);
+    a candidate of a family without a fused kind is a plain op, run as is and weighted.
+    """
+
+    def __init__(self, ops: nn.ModuleList, names: Sequence[str]):
         self.blocks: list[int] = []  # inverted residual blocks
         self.residual: list[int] = []  # the blocks among them that add x
         self.identity: list[int] = []  # skip = x
         self.projections: list[int] = []  # skip = BN(conv1x1(x))
-        for i, op in enumerate(ops):
-            if isinstance(op, InvertedResidual):
+        self.plain: list[int] = []  # anything else: w_i * op(x)
+        for i, (op, name) in enumerate(zip(ops, names, strict=True)):
+            kind = parse_op(name).family.fused
+            if kind == "inverted_residual":
+                if not isinstance(op, InvertedResidual):
+                    raise TypeError(f"candidate {name} is fused as an inverted residual block "
+                                    f"but built as {type(op).__name__}")
                 if op.body[0][0].kernel_size != (1, 1) or op.body[0][0].padding != (0, 0):
                     raise TypeError("the fused forward folds BN into 1x1 expansion convs only")
                 self.blocks.append(i)
                 if op.residual:
                     self.residual.append(i)
-            elif isinstance(op, Skip):
+            elif kind == "skip":
+                if not isinstance(op, Skip):
+                    raise TypeError(f"candidate {name} is fused as a skip but built as "
+                                    f"{type(op).__name__}")
                 (self.identity if op.proj is None else self.projections).append(i)
             else:
-                raise TypeError(f"no fused forward for candidate {type(op).__name__}")
+                self.plain.append(i)
         self.with_x = self.residual + self.identity
 
 
@@ -153,6 +170,9 @@ def fused_forward(ops: nn.ModuleList, plan: FusedPlan, x: torch.Tensor,
     for i in plan.projections:
         conv, bn = ops[i].proj[0], ops[i].proj[1]
         y = folded_conv_bn(x, stats, conv, bn, w[i])
+        out = y if out is None else out.add_(y)
+    for i in plan.plain:
+        y = w[i] * ops[i](x)
         out = y if out is None else out.add_(y)
     if plan.with_x:
         s = w[plan.with_x].sum()

@@ -10,8 +10,6 @@ from typing import Any, Callable
 
 from fbnas.errors import FbnasError
 
-CHECKPOINT_FORMAT = "fbnas.checkpoint/1"
-
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp_path)`` and move the result onto ``path`` in one rename."""
@@ -74,18 +72,3 @@ def file_hash(path: str | Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()[:16]
-
-
-def load_torch(path: str | Path) -> Any:
-    """``torch.load`` with ``weights_only=True``; any failure is a one-line FbnasError."""
-    import torch
-
-    path = Path(path)
-    if not path.is_file():
-        raise FbnasError(f"checkpoint {path} does not exist")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # torch raises many types for corrupt, truncated or unsafe files
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise FbnasError(f"cannot load checkpoint {path} (truncated, corrupted or not a "
-                         f"torch file?): {first[:200]}") from None

@@ -17,7 +17,8 @@ from fbnas.errors import FbnasError
 from fbnas.io import read_json, refuse_overwrite, write_json
 from fbnas.model import Head, Stem
 from fbnas.ops import build_op
-from fbnas.runtimes import RUNTIMES, UNRECORDED_RUNTIME, Runner, Runtime, make_runtime
+from fbnas.runtimes import (DEFAULT_BLOCK_TIME, RUNTIMES, UNRECORDED_RUNTIME, Runner, Runtime,
+                            make_runtime)
 from fbnas.space import Layer, SearchSpace
 from fbnas.timing import cpu_model, environment, measure_rounds, protocol, set_threads
 
@@ -145,7 +146,7 @@ def contenders(units: list[list[str]], specs: dict[str, EntrySpec], stats: dict[
 
 
 def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: int = 80,
-                  block_time: float = 0.004, rel_iqr: float = 0.10, tie_margin: float = 0.03,
+                  block_time: float = DEFAULT_BLOCK_TIME, rel_iqr: float = 0.10, tie_margin: float = 0.03,
                   extra_time: float = 50.0, extra_rounds: int = 100_000, seed: int = 0,
                   source: str | None = None, runtime: str | Runtime = "eager") -> dict:
     """Time every distinct (op, shape) of ``space`` in ``runtime`` and return the LUT as a dict.

@@ -1,59 +1,134 @@
-"""Candidate ops, built by name from the grammar ``kK_eE[_gG]`` or ``skip``.
+"""Candidate ops and the registry that turns an op name into a module.
 
-``kK_eE_gG`` is FBNet's inverted-residual block: a 1x1 conv (grouped when G > 1) expanding
-C_in to E*C_in channels, BN, ReLU, a channel shuffle when G > 1, a KxK depthwise conv
-carrying the block's stride, BN, ReLU, a 1x1 conv (grouped when G > 1) to C_out, BN, and an
-identity residual when the stride is 1 and C_in == C_out. ``skip`` is the identity where
-shapes match and a strided 1x1 conv + BN where they do not.
+Every op name in a space, a lookup table or a model definition is looked up in :data:`OPS`:
+one :class:`OpFamily` per kind of op, owning the names that fully match its pattern. Parsing
+(:func:`parse_op`), shape checks (:func:`check_op_fits`), building (:func:`build_op`) and the
+fused supernet forward (:mod:`fbnas.fused`, through :attr:`OpFamily.fused`) all read the
+registry, so adding a candidate op is one :func:`register_op` call (see "Adding a candidate
+op" in the README). Two families ship:
+
+- ``kK_eE[_gG]``, FBNet's inverted-residual block: a 1x1 conv (grouped when G > 1) expanding
+  C_in to E*C_in channels, BN, ReLU, a channel shuffle when G > 1, a KxK depthwise conv
+  carrying the block's stride, BN, ReLU, a 1x1 conv (grouped when G > 1) to C_out, BN, and an
+  identity residual when the stride is 1 and C_in == C_out.
+- ``skip``: the identity where shapes match and a strided 1x1 conv + BN where they do not.
+
+A built op maps (N, C_in, H, W) to (N, C_out, :func:`out_size` (H), :func:`out_size` (W)).
+An op whose body is added to an identity residual may offer ``zero_init_residual()``; the
+supernet calls it so that residual candidates start as the identity.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from fbnas.errors import FbnasError
 
-_BLOCK_RE = re.compile(r"^k(\d+)_e(\d+)(?:_g(\d+))?$")
-GRAMMAR = "'skip' or kK_eE[_gG] with odd K, e.g. k3_e6, k5_e1_g2, k7_e4"
 SUPPORTED_STRIDES = (1, 2)
+#: the module structures :mod:`fbnas.fused` folds; any other op runs as is in a fused forward
+FUSED_KINDS = ("inverted_residual", "skip")
+
+
+def out_size(size: int, stride: int) -> int:
+    """Output side of a layer at ``stride`` (odd kernel K, padding K // 2): every op and stem."""
+    return (size - 1) // stride + 1
+
+
+# --------------------------------------------------------------------------- the registry
+
+
+@dataclass(frozen=True)
+class OpFamily:
+    """One kind of candidate op: the names it owns and how to build them.
+
+    ``build(c_in, c_out, stride, **params)`` returns the module; ``params(name, match)``
+    turns a name into those keyword parameters (raising FbnasError for bad values);
+    ``fits(spec, c_in, c_out, stride)`` raises FbnasError where the op cannot map c_in to
+    c_out; ``fused`` is one of :data:`FUSED_KINDS` when the fused forward may fold it.
+    """
+
+    name: str
+    pattern: re.Pattern
+    grammar: str
+    build: Callable[..., nn.Module]
+    params: Callable[[str, re.Match], dict]
+    fits: Callable[["OpSpec", int, int, int], None] | None = None
+    fused: str | None = None
+
+
+#: family name -> family; the first family (in registration order) whose pattern matches wins
+OPS: dict[str, OpFamily] = {}
+
+
+def _numeric_groups(name: str, match: re.Match) -> dict:
+    """Default ``params``: the pattern's named groups, digits as ints, absent ones left out."""
+    return {k: int(v) if v.isdigit() else v for k, v in match.groupdict().items()
+            if v is not None}
+
+
+def register_op(name: str, pattern: str, build: Callable[..., nn.Module], *, grammar: str,
+                params: Callable[[str, re.Match], dict] | None = None,
+                fits: Callable[["OpSpec", int, int, int], None] | None = None,
+                fused: str | None = None) -> OpFamily:
+    """Make op names fully matching ``pattern`` candidates everywhere; return the family.
+
+    ``pattern``'s named groups become ``build``'s keyword arguments (digits as ints) unless
+    ``params`` parses them; ``grammar`` describes the names in errors (e.g. "'pool_kK'").
+    """
+    if name in OPS:
+        raise ValueError(f"op family {name!r} is already registered")
+    if fused is not None and fused not in FUSED_KINDS:
+        raise ValueError(f"fused must be None or one of {FUSED_KINDS}, got {fused!r}")
+    family = OpFamily(name, re.compile(pattern), grammar, build, params or _numeric_groups,
+                      fits, fused)
+    OPS[name] = family
+    return family
+
+
+def grammar() -> str:
+    """How op names look, every registered family's description joined."""
+    return " or ".join(f.grammar for f in OPS.values())
 
 
 @dataclass(frozen=True)
 class OpSpec:
-    """A parsed op name: ``kernel``/``expansion``/``groups`` are None for ``skip``."""
+    """A parsed op name: its family and the parameters its builder takes."""
 
     name: str
-    kernel: int | None = None
-    expansion: int | None = None
-    groups: int | None = None
+    family: OpFamily
+    params: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_skip(self) -> bool:
-        return self.kernel is None
+        return self.family.name == "skip"
+
+    @property
+    def kernel(self) -> int | None:
+        return self.params.get("kernel")
+
+    @property
+    def expansion(self) -> int | None:
+        return self.params.get("expansion")
+
+    @property
+    def groups(self) -> int | None:
+        return self.params.get("groups")
 
 
 def parse_op(name: str) -> OpSpec:
     """Parse an op name or raise FbnasError naming the grammar."""
     if not isinstance(name, str):
-        raise FbnasError(f"op name must be a string, got {name!r}; expected {GRAMMAR}")
-    if name == "skip":
-        return OpSpec(name)
-    m = _BLOCK_RE.match(name)
-    if not m:
-        raise FbnasError(f"unknown op {name!r}: expected {GRAMMAR}")
-    k, e = int(m.group(1)), int(m.group(2))
-    g = int(m.group(3)) if m.group(3) else 1
-    if k < 1 or k % 2 == 0:
-        raise FbnasError(f"op {name!r}: kernel size must be odd and positive, got {k}")
-    if e < 1:
-        raise FbnasError(f"op {name!r}: expansion must be at least 1, got {e}")
-    if g < 1:
-        raise FbnasError(f"op {name!r}: groups must be at least 1, got {g}")
-    return OpSpec(name, k, e, g)
+        raise FbnasError(f"op name must be a string, got {name!r}; expected {grammar()}")
+    for family in OPS.values():
+        m = family.pattern.fullmatch(name)
+        if m:
+            return OpSpec(name, family, family.params(name, m))
+    raise FbnasError(f"unknown op {name!r}: expected {grammar()}")
 
 
 def check_op_fits(name: str, c_in: int, c_out: int, stride: int) -> None:
@@ -63,14 +138,18 @@ def check_op_fits(name: str, c_in: int, c_out: int, stride: int) -> None:
         raise FbnasError(f"stride {stride} is not supported; use one of {SUPPORTED_STRIDES}")
     if c_in < 1 or c_out < 1:
         raise FbnasError(f"op {name!r}: channels must be positive, got {c_in} -> {c_out}")
-    if spec.is_skip or spec.groups == 1:
-        return
-    g = spec.groups
-    if c_in % g or c_out % g:
-        raise FbnasError(
-            f"op {name!r} needs channels divisible by its {g} groups, got {c_in} -> {c_out}; "
-            "change the stage's channels or drop the op"
-        )
+    if spec.family.fits is not None:
+        spec.family.fits(spec, c_in, c_out, stride)
+
+
+def build_op(name: str, c_in: int, c_out: int, stride: int) -> nn.Module:
+    """Build candidate op ``name`` mapping (N, c_in, H, W) -> (N, c_out, H/stride, W/stride)."""
+    check_op_fits(name, c_in, c_out, stride)
+    spec = parse_op(name)
+    return spec.family.build(c_in, c_out, stride, **spec.params)
+
+
+# --------------------------------------------------------------------------- the modules
 
 
 class ChannelShuffle(nn.Module):
@@ -112,6 +191,11 @@ class InvertedResidual(nn.Module):
         self.body = nn.Sequential(*layers)
         self.residual = stride == 1 and c_in == c_out
 
+    def zero_init_residual(self) -> None:
+        """Zero the last BN scale, so a residual block starts as the identity."""
+        if self.residual:
+            nn.init.zeros_(self.body[-1][1].weight)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.body(x)
         return x + y if self.residual else y
@@ -130,10 +214,31 @@ class Skip(nn.Module):
         return x if self.proj is None else self.proj(x)
 
 
-def build_op(name: str, c_in: int, c_out: int, stride: int) -> nn.Module:
-    """Build candidate op ``name`` mapping (N, c_in, H, W) -> (N, c_out, H/stride, W/stride)."""
-    check_op_fits(name, c_in, c_out, stride)
-    spec = parse_op(name)
-    if spec.is_skip:
-        return Skip(c_in, c_out, stride)
-    return InvertedResidual(c_in, c_out, stride, spec.kernel, spec.expansion, spec.groups)
+# --------------------------------------------------------------------------- the built-in ops
+
+
+def _block_params(name: str, m: re.Match) -> dict:
+    k, e = int(m["kernel"]), int(m["expansion"])
+    g = int(m["groups"]) if m["groups"] else 1
+    if k < 1 or k % 2 == 0:
+        raise FbnasError(f"op {name!r}: kernel size must be odd and positive, got {k}")
+    if e < 1:
+        raise FbnasError(f"op {name!r}: expansion must be at least 1, got {e}")
+    if g < 1:
+        raise FbnasError(f"op {name!r}: groups must be at least 1, got {g}")
+    return {"kernel": k, "expansion": e, "groups": g}
+
+
+def _block_fits(spec: OpSpec, c_in: int, c_out: int, stride: int) -> None:
+    g = spec.groups
+    if g > 1 and (c_in % g or c_out % g):
+        raise FbnasError(
+            f"op {spec.name!r} needs channels divisible by its {g} groups, got {c_in} -> "
+            f"{c_out}; change the stage's channels or drop the op"
+        )
+
+
+register_op("skip", r"skip", Skip, grammar="'skip'", fused="skip")
+register_op("inverted_residual", r"k(?P<kernel>\d+)_e(?P<expansion>\d+)(?:_g(?P<groups>\d+))?",
+            InvertedResidual, grammar="kK_eE[_gG] with odd K, e.g. k3_e6, k5_e1_g2, k7_e4",
+            params=_block_params, fits=_block_fits, fused="inverted_residual")

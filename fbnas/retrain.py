@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from fbnas.arch import select, structure_difference
+from fbnas.definition import select, structure_difference
 from fbnas.config import Config
 from fbnas.errors import FbnasError
 from fbnas.model import Network

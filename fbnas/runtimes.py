@@ -33,6 +33,10 @@ RUNTIMES = ("eager", "onnxruntime")
 DEFAULT_RUNTIME = "onnxruntime"
 #: what a table that records no runtime was measured in (every table before runtimes existed)
 UNRECORDED_RUNTIME = "eager"
+#: seconds of back-to-back calls in one timed block (profile, calibrate, latency): long
+#: enough that the timer's own cost vanishes, short enough that the machine's speed barely
+#: drifts within a block. Kept here, beside the runtimes, so the CLI reads it without torch.
+DEFAULT_BLOCK_TIME = 0.004
 ONNX_HINT = "reinstall fbnas with its dependencies: pip install -e ."
 #: the batch of the example input an export traces; 1 would be specialised to a constant
 EXAMPLE_BATCH = 2

@@ -25,9 +25,9 @@ from fbnas.data import BatchLoader
 from fbnas.health import skip_count
 from fbnas.pictures import progress_chart, theta_heatmap, write_png
 from fbnas.supernet import Supernet, recalibrated_bn
-from fbnas.trainer import Batch, Trainer, launch, load_checkpoint, resume_config
+from fbnas.trainer import Batch, Trainer, launch, resume_config
 
-__all__ = ["Search", "run_search", "resume_config", "load_checkpoint", "temperature"]
+__all__ = ["Search", "run_search", "resume_config", "temperature"]
 
 
 def temperature(cfg: Config, epoch: int) -> float:

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from fbnas.errors import FbnasError
-from fbnas.ops import SUPPORTED_STRIDES, check_op_fits
+from fbnas.ops import SUPPORTED_STRIDES, check_op_fits, out_size
 
 SPACE_DIRS = (
     Path(__file__).resolve().parent.parent / "configs" / "spaces",
@@ -35,11 +35,7 @@ class Layer:
 
     @property
     def out_hw(self) -> tuple[int, int]:
-        return _out_size(self.h, self.stride), _out_size(self.w, self.stride)
-
-
-def _out_size(size: int, stride: int) -> int:
-    return (size - 1) // stride + 1
+        return out_size(self.h, self.stride), out_size(self.w, self.stride)
 
 
 def _pos_int(value: Any, field: str) -> int:
@@ -107,7 +103,7 @@ class SearchSpace:
         if not isinstance(stages, list) or not stages:
             raise FbnasError("space field stages must be a non-empty list")
 
-        h = w = _out_size(self.resolution, self.stem_stride)
+        h = w = out_size(self.resolution, self.stem_stride)
         c = self.stem_channels
         layers: list[Layer] = []
         for si, st in enumerate(stages):
@@ -137,7 +133,7 @@ class SearchSpace:
                     except FbnasError as e:
                         raise FbnasError(f"space field {field}.candidates: {e}") from None
                 layers.append(Layer(len(layers), si, c, c_out, stride, h, w, tuple(stage_cands)))
-                h, w = _out_size(h, stride), _out_size(w, stride)
+                h, w = out_size(h, stride), out_size(w, stride)
                 c = c_out
         self.layers: tuple[Layer, ...] = tuple(layers)
         self.final_channels = c
@@ -164,7 +160,7 @@ class SearchSpace:
 
     @property
     def stem_hw(self) -> tuple[int, int]:
-        r = _out_size(self.resolution, self.stem_stride)
+        r = out_size(self.resolution, self.stem_stride)
         return r, r
 
     def definition(self, ops: list[str], name: str = "arch") -> dict:

@@ -31,7 +31,7 @@ from fbnas.errors import FbnasError
 from fbnas.fused import FusedPlan, fused_forward
 from fbnas.lut import LUT
 from fbnas.model import Head, Stem
-from fbnas.ops import InvertedResidual, build_op
+from fbnas.ops import build_op
 from fbnas.space import Layer, SearchSpace
 
 MODES = ("soft", "hard", "argmax", "softmax")
@@ -71,8 +71,9 @@ class MixedOp(nn.Module):
         self.soft_transition = soft_transition and self.transition
         if zero_init_residual:
             for op in self.ops:
-                if isinstance(op, InvertedResidual) and op.residual:
-                    nn.init.zeros_(op.body[-1][1].weight)
+                init = getattr(op, "zero_init_residual", None)
+                if init is not None:
+                    init()
         self.theta = nn.Parameter(torch.zeros(len(self.candidates)))
         self.register_buffer("cost", torch.tensor(costs, dtype=torch.float32), persistent=False)
 
@@ -116,7 +117,7 @@ class FusedMixedOp(MixedOp):
 
     def __init__(self, layer: Layer, costs: list[float], **options):
         super().__init__(layer, costs, **options)
-        self.plan = FusedPlan(self.ops)
+        self.plan = FusedPlan(self.ops, self.candidates)
 
     def forward(self, x: torch.Tensor, w: torch.Tensor, idx: torch.Tensor | None) -> torch.Tensor:
         if idx is None and w.dim() == 1:

@@ -36,6 +36,7 @@ from torch.utils import benchmark
 
 import fbnas
 from fbnas.progress import Progress
+from fbnas.runtimes import DEFAULT_BLOCK_TIME
 
 #: neighbouring blocks on each side whose slowdown estimates the machine's local speed
 DRIFT_NEIGHBOURS = 4
@@ -183,7 +184,7 @@ def measure_rounds(
     threads: int,
     units: list[list[str]] | None = None,
     rounds: int = 60,
-    block_time: float = 0.004,
+    block_time: float = DEFAULT_BLOCK_TIME,
     warmup: int = 3,
     refine: Callable[[dict[str, dict]], list[list[str]]] | None = None,
     extra_rounds: int = 0,

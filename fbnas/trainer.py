@@ -24,13 +24,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fbnas.checkpoint import CHECKPOINT_FORMAT, load_checkpoint
 from fbnas.config import Config, dump, from_dict
 from fbnas.data import BatchLoader, Dataset, load_dataset, make_splits
 from fbnas.dist import (DistInfo, all_reduce_sum, barrier, init_from_env, peer_failed,
                         ranks_agree, run_on_main, shutdown, sync_buffers)
 from fbnas.errors import FbnasError
 from fbnas.health import epoch_warnings
-from fbnas.io import CHECKPOINT_FORMAT, atomic_write, load_torch
+from fbnas.io import atomic_write
 from fbnas.progress import Progress
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -80,19 +81,6 @@ def prepare_run_dir(out: Path, resume: bool, force: bool, clear: bool = True) ->
             for p in (paths.config, paths.log):
                 p.unlink(missing_ok=True)
     return paths
-
-
-def load_checkpoint(path: str | Path, kind: str | None = None) -> dict:
-    """Load an fbnas checkpoint (a file, or a run directory's last one) safely."""
-    path = Path(path)
-    if path.is_dir():
-        path = RunPaths(path).last
-    ckpt = load_torch(path)
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise FbnasError(f"{path} is not an fbnas checkpoint ({CHECKPOINT_FORMAT})")
-    if kind is not None and ckpt.get("kind") != kind:
-        raise FbnasError(f"{path} is a {ckpt.get('kind')} checkpoint, not a {kind} checkpoint")
-    return ckpt
 
 
 def save_checkpoint(state: dict, path: Path) -> None:

@@ -14,11 +14,13 @@ import torch
 from click.testing import CliRunner
 
 import fbnas
-from fbnas.arch import SCHEMA, draw_ops, load_search_checkpoint, select
+from fbnas.checkpoint import load_search_checkpoint
+from fbnas.definition import SCHEMA, select
 from fbnas.cli import main
 from fbnas.errors import FbnasError
 from fbnas.io import file_hash, read_json, write_json
 from fbnas.lut import LUT, load_lut, profile_space
+from fbnas.sampling import draw_ops
 from fbnas.model import Network
 from fbnas.space import load_space
 
@@ -250,7 +252,7 @@ def test_import_fbnas_is_lazy():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
-    from fbnas.arch import build_model
+    from fbnas.definition import build_model
     assert fbnas.build_model is build_model
 
 
@@ -319,7 +321,7 @@ def test_summary_per_layer_table(arch_file, lut_path):
     assert f"{lut.raw_sum(HARD):.1f}" in rows["total"]
     key = lut.data["layers"][0]["candidates"][HARD[0]]
     assert f"{lut.entry(key)['median']:.1f}" in rows["0"]
-    from fbnas.arch import layer_stats
+    from fbnas.measure import layer_stats
     assert sum(s.flops for s in layer_stats(e)) == lut.raw_sum(HARD, "flops")
 
 

@@ -8,8 +8,8 @@ import torch
 from click.testing import CliRunner
 
 import fbnas
+from fbnas.checkpoint import load_checkpoint
 from fbnas.cli import main
-from fbnas.trainer import load_checkpoint
 from tests.conftest import CIFAR_SUBSET
 
 pytestmark = pytest.mark.skipif(not CIFAR_SUBSET.is_dir(), reason="needs ../shared/data")

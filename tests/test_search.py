@@ -5,10 +5,11 @@ import torch
 from click.testing import CliRunner
 
 import fbnas.trainer as trainer_mod
+from fbnas.checkpoint import load_checkpoint
 from fbnas.cli import main
 from fbnas.config import load_config
 from fbnas.errors import FbnasError
-from fbnas.search import load_checkpoint, run_search
+from fbnas.search import run_search
 from tests.conftest import CIFAR_SUBSET
 
 pytestmark = pytest.mark.skipif(not CIFAR_SUBSET.is_dir(), reason="needs ../shared/data")

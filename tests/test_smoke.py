@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from fbnas.trainer import load_checkpoint
+from fbnas.checkpoint import load_checkpoint
 from tests.conftest import CIFAR_SUBSET, REPO
 
 pytestmark = pytest.mark.skipif(not CIFAR_SUBSET.is_dir(), reason="needs ../shared/data")

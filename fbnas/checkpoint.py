@@ -1,0 +1,159 @@
+"""Reading checkpoints: the one place a ``.pt`` file becomes Python objects.
+
+Every checkpoint fbnas reads (a search to sample from or resume, a retraining run to resume,
+weights to export) goes through :func:`load_torch`, so each is loaded the same safe way
+(``torch.load(weights_only=True)``, which refuses pickled code) and every failure is the same
+kind of one-line error. A checkpoint is a dict ``{"format": CHECKPOINT_FORMAT, "kind":
+"search" | "model", "epoch", "config", "model", ...}``; a search checkpoint also holds the
+``space`` and one ``theta`` tensor per layer, a model checkpoint the ``definition`` it trained.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fbnas.errors import FbnasError
+from fbnas.io import file_hash
+from fbnas.space import SearchSpace
+
+CHECKPOINT_FORMAT = "fbnas.checkpoint/1"
+#: where a run folder keeps the checkpoint written after its latest epoch
+LAST = Path("checkpoints") / "last.pt"
+
+
+def load_torch(path: str | Path) -> Any:
+    """``torch.load`` with ``weights_only=True``; any failure is a one-line FbnasError."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise FbnasError(f"checkpoint {path} does not exist")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for corrupt, truncated or unsafe files
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise FbnasError(f"cannot load checkpoint {path} (truncated, corrupted or not a "
+                         f"torch file?): {first[:200]}") from None
+
+
+def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
+    """(checkpoint file, run folder) for a run folder or a checkpoint file."""
+    path = Path(path)
+    if path.is_dir():
+        ckpt = path / LAST
+        if not ckpt.is_file():
+            raise FbnasError(f"{path} holds no {LAST.as_posix()}; give a run folder written "
+                             "by fbnas train or a checkpoint file")
+        return ckpt, path
+    if not path.exists():
+        raise FbnasError(f"{path} does not exist; give a run folder or a checkpoint file")
+    run_dir = path.parent.parent if path.parent.name == LAST.parent.name else path.parent
+    return path, run_dir
+
+
+def _check_format(ck: Any, where: str) -> dict:
+    if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT:
+        got = ck.get("format") if isinstance(ck, dict) else type(ck).__name__
+        raise FbnasError(f"{where} is not an fbnas checkpoint (format {got!r}, want "
+                         f"{CHECKPOINT_FORMAT!r})")
+    return ck
+
+
+def load_checkpoint(path: str | Path, kind: str | None = None, fix: str = "") -> dict:
+    """An fbnas checkpoint (a file, or a run folder's last one), of ``kind`` when given.
+
+    ``fix`` is appended to the error for a checkpoint of another kind (what to pass instead).
+    """
+    ckpt_path, _ = resolve_checkpoint(path)
+    where = f"checkpoint {ckpt_path}"
+    ck = _check_format(load_torch(ckpt_path), where)
+    if kind is not None and ck.get("kind") != kind:
+        raise FbnasError(f"{where} is a {ck.get('kind')!r} checkpoint, not a {kind} "
+                         f"checkpoint{'; ' + fix if fix else ''}")
+    return ck
+
+
+def load_weights_file(path: str | Path) -> tuple[dict, dict | None]:
+    """(state_dict, the definition it was trained for) of a model checkpoint, or
+    (state_dict, None) of a plain state_dict file."""
+    import torch
+
+    obj = load_torch(path)
+    if isinstance(obj, dict) and "format" in obj:
+        if obj.get("format") != CHECKPOINT_FORMAT:
+            raise FbnasError(f"checkpoint {path} has format {obj.get('format')!r}; this fbnas "
+                             f"reads {CHECKPOINT_FORMAT!r}")
+        if obj.get("kind") == "search":
+            raise FbnasError(f"{path} is a search (supernet) checkpoint; retrain the "
+                             "architecture first, or pass --random-weights to try the export")
+        if obj.get("kind") != "model" or not isinstance(obj.get("definition"), dict) \
+                or not isinstance(obj.get("model"), dict):
+            raise FbnasError(f"checkpoint {path} is not a model checkpoint (want kind 'model' "
+                             "with 'definition' and 'model')")
+        return obj["model"], obj["definition"]
+    if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        return obj, None
+    raise FbnasError(f"{path} is neither an fbnas model checkpoint nor a state_dict of the "
+                     "network")
+
+
+@dataclass
+class SearchCheckpoint:
+    """A search checkpoint reduced to what sampling needs: its space and softmax(theta)."""
+
+    path: Path
+    run_dir: Path
+    space: SearchSpace
+    probs: list[np.ndarray]
+    epoch: int
+    lut_path: str | None
+    lut_hash: str | None
+    hash: str
+
+
+def load_search_checkpoint(path: str | Path) -> SearchCheckpoint:
+    """Load a search checkpoint (a run folder or file) and check its theta against its space."""
+    import torch
+
+    ckpt_path, run_dir = resolve_checkpoint(path)
+    where = f"checkpoint {ckpt_path}"
+    ck = load_checkpoint(ckpt_path, "search", fix="sample from the run folder of fbnas train")
+    for key in ("space", "theta"):
+        if key not in ck:
+            raise FbnasError(f"{where} lacks '{key}' (truncated or from an older fbnas?)")
+    if not isinstance(ck["space"], dict):
+        raise FbnasError(f"{where}: 'space' must be the space mapping")
+    try:
+        space = SearchSpace.from_dict(ck["space"])
+    except FbnasError as e:
+        raise FbnasError(f"{where} holds an invalid space: {e}") from None
+    if ck.get("space_hash") not in (None, space.hash):
+        raise FbnasError(f"{where}: its space hashes to {space.hash}, but it records "
+                         f"{ck['space_hash']}; it was written by an incompatible fbnas")
+    theta = ck["theta"]
+    if not isinstance(theta, (list, tuple)) or len(theta) != len(space.layers):
+        n = len(theta) if isinstance(theta, (list, tuple)) else type(theta).__name__
+        raise FbnasError(f"{where}: theta has {n} layers, space {space.name} has "
+                         f"{len(space.layers)}")
+    probs = []
+    for layer, t in zip(space.layers, theta):
+        if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.numel() != len(layer.candidates):
+            raise FbnasError(f"{where}: theta of layer {layer.index} must be a 1-D tensor of "
+                             f"{len(layer.candidates)} values (one per candidate)")
+        v = t.detach().double().numpy()
+        if not np.all(np.isfinite(v)):
+            raise FbnasError(f"{where}: theta of layer {layer.index} is not finite (the search "
+                             "diverged); sample from an earlier checkpoint")
+        e = np.exp(v - v.max())
+        probs.append(e / e.sum())
+    epoch = ck.get("epoch")
+    return SearchCheckpoint(
+        path=ckpt_path, run_dir=run_dir, space=space, probs=probs,
+        epoch=int(epoch) if isinstance(epoch, int) else -1,
+        lut_path=ck.get("lut_path") if isinstance(ck.get("lut_path"), str) else None,
+        lut_hash=ck.get("lut_hash") if isinstance(ck.get("lut_hash"), str) else None,
+        hash=file_hash(ckpt_path))

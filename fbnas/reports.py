@@ -1,0 +1,120 @@
+"""Text reports of architectures: aligned plain-text tables for the terminal.
+
+What ``fbnas sample`` prints (one architecture per stage, or draws ranked by predicted
+latency) and what ``fbnas summary`` prints (per-layer output shape, params, FLOPs and table
+latency). Only formatting lives here; figures come from the entry, the lookup table
+(:mod:`fbnas.matching`) and one forward pass (:mod:`fbnas.measure`).
+"""
+
+from __future__ import annotations
+
+from fbnas.definition import layer_rows
+from fbnas.matching import match_lut, row_latencies
+from fbnas.measure import layer_stats
+
+
+def table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
+    """Plain aligned columns; ``right`` holds the indexes of right-aligned columns."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def fmt(r):
+        cells = [str(c).rjust(w) if i in right else str(c).ljust(w)
+                 for i, (c, w) in enumerate(zip(r, widths))]
+        return "  ".join(cells).rstrip()
+
+    return "\n".join([fmt(headers), *(fmt(r) for r in rows)])
+
+
+def human(n: float) -> str:
+    """12345 -> '12.3k', 1.2e6 -> '1.20M'."""
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            return f"{n / div:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def format_entry(entry: dict, lut=None) -> str:
+    """An architecture as a per-stage table: op, channels, stride, input size, p(op), latency."""
+    rows = layer_rows(entry)
+    lats = row_latencies(entry, lut) if lut is not None else None
+    theta = entry.get("theta_softmax") if isinstance(entry.get("theta_softmax"), list) else None
+    out = []
+    for i, r in enumerate(rows):
+        p = ""
+        if theta and 0 < i < len(rows) - 1 and i - 1 < len(theta):
+            p = f"{theta[i - 1].get(r.op, 0.0):.2f}"
+        out.append([r.stage, r.label, r.op,
+                    f"{r.c_in}->{r.c_out}", str(r.stride), f"{r.h}x{r.h}", p,
+                    f"{lats[i]:.1f}" if lats else "-"])
+    sp = entry.get("space") if isinstance(entry.get("space"), dict) else {}
+    head = (f"architecture {entry.get('name')} (space {sp.get('name', '?')}, "
+            f"{len(entry['blocks'])} blocks)")
+    body = table(["stage", "layer", "op", "channels", "stride", "input", "p(op)", "table us"],
+                 out, right={4, 6, 7})
+    lines = [head, body]
+    pred = entry.get("predicted")
+    if isinstance(pred, dict) and "latency_us" in pred:
+        how = (f"calibrated; table sum {pred['table_sum_us']:.1f} us" if pred.get("calibrated")
+               else "uncalibrated table sum")
+        lines.append(f"predicted latency {pred['latency_us']:.1f} us ({how}, batch "
+                     f"{pred.get('batch')}), {human(pred['flops'])} FLOPs, "
+                     f"{human(pred['params'])} params")
+    return "\n".join(lines)
+
+
+def stage_ops(entry: dict) -> str:
+    """The ops of an entry grouped by stage: 'k3_e1 | k5_e1 skip | k3_e3'."""
+    groups: list[list[str]] = []
+    for r in layer_rows(entry)[1:-1]:
+        if r.stage != "" or not groups:
+            groups.append([])
+        groups[-1].append(r.op)
+    return " | ".join(" ".join(g) for g in groups)
+
+
+def format_ranked(entries: list[dict], num: int, seed: int) -> str:
+    """Sampled architectures ranked by predicted latency."""
+    rows = []
+    for rank, e in enumerate(entries, 1):
+        pr = e["predicted"]
+        rows.append([str(rank), e["name"], f"{pr['latency_us']:.1f}", human(pr["flops"]),
+                     human(pr["params"]), f"{e['probability']:.2e}",
+                     str(e["sampling"].get("times_drawn", 1)), stage_ops(e)])
+    head = (f"{num} draw(s) from softmax(theta) with seed {seed}: {len(entries)} distinct, "
+            "fastest predicted first")
+    return head + "\n" + table(["rank", "name", "latency us", "FLOPs", "params", "p(theta)",
+                                "drawn", "ops by stage"], rows, right={0, 2, 3, 4, 5, 6})
+
+
+def format_summary(defn: dict, lut=None) -> str:
+    """The per-layer summary table, with table latencies when ``lut`` is given."""
+    batch = lut.batch if lut is not None else 1
+    stats = layer_stats(defn, batch)
+    lats = row_latencies(defn, lut) if lut is not None else None
+    total_lat = sum(lats) if lats else 0.0
+    rows = []
+    for i, s in enumerate(stats):
+        lat = f"{lats[i]:.1f}" if lats else "-"
+        share = f"{100 * lats[i] / total_lat:.0f}%" if lats else "-"
+        rows.append([s.row.label, s.row.op, "x".join(map(str, s.out_shape)), f"{s.params:,}",
+                     human(s.flops), lat, share])
+    tp = sum(s.params for s in stats)
+    tf = sum(s.flops for s in stats)
+    rows.append(["total", "", "", f"{tp:,}", human(tf), f"{total_lat:.1f}" if lats else "-",
+                 "100%" if lats else "-"])
+    sp = defn.get("space") if isinstance(defn.get("space"), dict) else {}
+    inp = defn["input"]
+    shape = f"{batch}x{inp['channels']}x{inp['resolution']}x{inp['resolution']}"
+    lines = [f"architecture {defn.get('name')} (space {sp.get('name', '?')}), input {shape}",
+             table(["layer", "op", "output", "params", "FLOPs", "table us", "share"], rows,
+                   right={3, 4, 5, 6})]
+    if lut is not None:
+        ops = match_lut(defn, lut, defn.get("name", "the architecture"))
+        cal = lut.calibration
+        pred = lut.predict(ops)
+        how = "calibrated" if cal else "uncalibrated: table sum"
+        lines.append(f"predicted latency {pred:.1f} us ({how}) by {lut.path}, batch {lut.batch}, "
+                     f"{lut.threads} thread(s)")
+    else:
+        lines.append("no lookup table: pass --lut PATH for per-layer latencies")
+    return "\n".join(lines)

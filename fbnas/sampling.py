@@ -1,0 +1,130 @@
+"""Sampling architectures from a search's theta, as entries of the architecture file.
+
+A search ends with one probability distribution per layer, softmax(theta). FBNet takes the
+most probable candidate of every layer (``--hard``) or draws several architectures from the
+distributions and keeps the best; both become entries that record, next to the model
+definition, where they came from (checkpoint, table, hashes), the per-layer probabilities and
+the table's predicted latency, FLOPs and params.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime, timezone
+
+import numpy as np
+
+import fbnas
+from fbnas.checkpoint import SearchCheckpoint
+from fbnas.definition import CORE_KEYS
+from fbnas.errors import FbnasError
+from fbnas.io import file_hash
+from fbnas.space import SearchSpace
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+def safe_name(text: str) -> str:
+    """``text`` with characters outside [A-Za-z0-9_.-] replaced, usable as a default name."""
+    s = re.sub(r"[^A-Za-z0-9_.\-]", "_", text).lstrip("_.-")
+    return s or "arch"
+
+
+def check_name(name: str) -> str:
+    """Raise FbnasError unless ``name`` is a usable architecture name."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise FbnasError(f"architecture name {name!r} must start with a letter or digit and "
+                         "hold only letters, digits, '_', '.' and '-'")
+    return name
+
+
+def run_name(ck: SearchCheckpoint) -> str:
+    """The run folder's name, the stem of the default architecture names."""
+    return safe_name(ck.run_dir.resolve().name or "arch")
+
+
+def hard_ops(space: SearchSpace, probs: list[np.ndarray]) -> list[str]:
+    """Each layer's most probable candidate (the first one on ties)."""
+    return [layer.candidates[int(np.argmax(p))] for layer, p in zip(space.layers, probs)]
+
+
+def draw_ops(space: SearchSpace, probs: list[np.ndarray], num: int,
+             seed: int) -> list[list[str]]:
+    """``num`` architectures, each layer drawn from softmax(theta); draw i depends on seed only."""
+    rng = np.random.default_rng(seed)
+    return [[layer.candidates[int(rng.choice(len(p), p=p))]
+             for layer, p in zip(space.layers, probs)] for _ in range(num)]
+
+
+def log_probability(space: SearchSpace, probs: list[np.ndarray], ops: list[str]) -> float:
+    """log P(ops) under the independent per-layer softmax(theta)."""
+    return float(sum(math.log(max(float(p[layer.candidates.index(op)]), 1e-300))
+                     for layer, p, op in zip(space.layers, probs, ops)))
+
+
+def make_entry(ck: SearchCheckpoint, lut, ops: list[str], name: str, sampling: dict) -> dict:
+    """The architecture file entry of ``ops``: model definition plus provenance and predictions."""
+    space = ck.space
+    defn = space.definition(ops, name)
+    for block, layer in zip(defn["blocks"], space.layers):
+        block["stage"] = layer.stage
+    cal = lut.calibration is not None
+    env = lut.data["environment"]
+    logp = log_probability(space, ck.probs, ops)
+    return {
+        "name": name,
+        "space": {"name": space.name, "hash": space.hash},
+        **{k: defn[k] for k in CORE_KEYS},
+        "predicted": {
+            "latency_us": round(lut.predict(ops), 3),
+            "calibrated": cal,
+            "table_sum_us": round(lut.raw_sum(ops), 3),
+            "flops": int(lut.raw_sum(ops, "flops")),
+            "params": int(lut.raw_sum(ops, "params")),
+            "batch": lut.batch,
+            "threads": lut.threads,
+            "cpu": env.get("cpu"),
+        },
+        "sampling": sampling,
+        "probability": float(math.exp(logp)),
+        "log_probability": round(logp, 6),
+        "theta_softmax": [{op: round(float(x), 6) for op, x in zip(layer.candidates, p)}
+                          for layer, p in zip(space.layers, ck.probs)],
+        "source": {
+            "checkpoint": str(ck.path),
+            "checkpoint_hash": ck.hash,
+            "epoch": ck.epoch,
+            "lut": str(lut.path) if lut.path else None,
+            "lut_hash": file_hash(lut.path) if lut.path else None,
+            "search_lut_hash": ck.lut_hash,
+        },
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "fbnas": fbnas.__version__,
+    }
+
+
+def sample_architectures(ck: SearchCheckpoint, lut, hard: bool, num: int = 1, seed: int = 0,
+                         name: str | None = None) -> list[dict]:
+    """Entries for the hard architecture or ``num`` distinct draws, fastest predicted first."""
+    if hard:
+        base = check_name(name) if name else f"{run_name(ck)}_hard"
+        return [make_entry(ck, lut, hard_ops(ck.space, ck.probs), base, {"method": "argmax"})]
+    if num < 1:
+        raise FbnasError("--num must be at least 1")
+    draws = draw_ops(ck.space, ck.probs, num, seed)
+    first: dict[tuple[str, ...], int] = {}
+    for i, ops in enumerate(draws):
+        first.setdefault(tuple(ops), i)
+    entries = []
+    for ops, i in first.items():
+        if name:
+            nm = check_name(name) if num == 1 else f"{check_name(name)}_{i}"
+        else:
+            nm = f"{run_name(ck)}_seed{seed}_{i}"
+        times = sum(1 for d in draws if tuple(d) == ops)
+        entries.append(make_entry(ck, lut, list(ops), nm,
+                                  {"method": "softmax", "seed": seed, "draw": i,
+                                   "times_drawn": times, "draws": num}))
+    entries.sort(key=lambda e: e["predicted"]["latency_us"])
+    return entries
