@@ -75,3 +75,15 @@ def test_profile_check_stores_calibration(tmp_path):
     assert cal["networks_fit"] == 2 and cal["networks_test"] == 3
     r = run("profile", "--space", "tiny", "--out", tmp_path / "x.json", "--check", 3)
     assert r.exit_code == 2 and "at least 5" in r.output
+
+
+def test_bundled_config_from_another_folder_asks_for_the_data_dir(tmp_path, tiny_lut_file,
+                                                                   monkeypatch):
+    monkeypatch.chdir(tmp_path)  # outside the checkout: nothing there but the table
+    r = run("train", "--config", "tiny", "--lut", tiny_lut_file, "--out", "run")
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    assert "data directory data/cifar10 does not exist" in r.output and "--data-dir" in r.output
+    r = run("train", "--config", "tiny", "--lut", tiny_lut_file, "--out", "run2",
+            "--data-dir", tmp_path / "elsewhere")
+    assert r.exit_code == 1 and f"{tmp_path}/elsewhere does not exist" in r.output
