@@ -12,7 +12,7 @@ from fbnas.cli import main
 from fbnas.trainer import load_checkpoint
 from tests.conftest import CIFAR_SUBSET
 
-pytestmark = pytest.mark.skipif(not CIFAR_SUBSET.is_dir(), reason="needs ../shared/data")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("cifar_subset")]
 
 
 def cli(*args):

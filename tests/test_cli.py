@@ -1,5 +1,6 @@
 import json
 
+import pytest
 from click.testing import CliRunner
 
 import fbnas
@@ -66,6 +67,7 @@ def test_calibrate_stores_calibration_once(tiny_lut_file):
     assert r.exit_code == 1 and "--force" in r.output
 
 
+@pytest.mark.slow  # a profile and its calibration, end to end
 def test_profile_check_stores_calibration(tmp_path):
     out = tmp_path / "tiny.json"
     r = run("profile", "--space", "tiny", "--runtime", "eager", "--out", out, "--rounds", 1,
