@@ -7,7 +7,7 @@ FBNAS := $(VENV)/bin/fbnas
 DATA ?= ../shared/data/cifar10-subset
 LUT ?= lookup_tables/fbnet_cifar_ort.json
 
-.PHONY: install test demo profile clean
+.PHONY: install test test-fast demo profile clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,10 @@ install: $(VENV)/.installed
 
 test: install
 	$(PY) -m pytest -q
+
+# The unit tests only (about 30 s): no data folder, subprocesses or whole runs (-m "not slow").
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
 
 # The main job: reuse (or measure) the fbnet_cifar table, search on the CIFAR-10 subset,
 # sample the argmax architecture, then time it against the table's prediction.

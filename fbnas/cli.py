@@ -44,7 +44,7 @@ def main() -> None:
     \b
     The usual chain:
       fbnas profile --space fbnet_cifar --out lookup_tables/mine.json
-      fbnas train --config configs/fbnet_cifar.yaml --out runs/search
+      fbnas train --config fbnet_cifar --lut lookup_tables/mine.json --out runs/search
       fbnas sample runs/search --hard --out arch.json
     """
 
@@ -187,10 +187,11 @@ def show_lut(lut_path, space_name):
 
 
 _RUN_OPTIONS = [
-    click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-                 help="YAML config (configs/fbnet_cifar.yaml, configs/tiny.yaml, or your own)."),
+    click.option("--config", "config_path", metavar="NAME|FILE",
+                 type=click.Path(dir_okay=False, path_type=Path), help="Bundled config name (fbnet_cifar, tiny) or a YAML config file, which may "
+                 "start from another with 'base: NAME_OR_FILE'."),
     click.option("--data-dir", help="Folder with cifar-10-batches-py/ or an image folder "
-                 "(data.dir)."),
+                 "(data.dir) [default: data/cifar10]."),
     click.option("--out", type=click.Path(file_okay=False, path_type=Path),
                  help="Run directory: config, log, TensorBoard, checkpoints "
                  "[default: runs/search for train, runs/retrain for retrain]."),
@@ -274,10 +275,10 @@ def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overri
 
     \b
     Examples:
-      fbnas train --config configs/tiny.yaml --out runs/tiny
-      fbnas train --config configs/fbnet_cifar.yaml --data-dir data/cifar10 --out runs/c10
+      fbnas train --config tiny --out runs/tiny
+      fbnas train --config fbnet_cifar --data-dir /data/cifar10 --out runs/c10
       fbnas train --out runs/c10 --resume
-      fbnas train --config configs/tiny.yaml --out runs/tiny2 --nproc 2
+      fbnas train --config my_search.yaml --out runs/mine --nproc 2
     """
     from fbnas.search import run_search
 

@@ -2,6 +2,11 @@
 
 Every key is declared here with its type; unknown keys and ill-typed values are refused with
 the key's dotted name, so a typo never silently falls back to a default.
+
+A config file is a path or the name of a bundled config (``fbnas/configs/NAME.yaml``), and
+may start from another one with ``base: NAME_OR_PATH``: the bundled configs hold the search
+settings once, and a checkout's or a user's own config adds only what is theirs (typically
+the data folder) on top.
 """
 
 from __future__ import annotations
@@ -17,7 +22,11 @@ from typing import Any, Optional
 import yaml
 
 from fbnas.errors import UsageError
+from fbnas.resources import bundled, names_a_file
 from fbnas.space import load_yaml
+
+# A relative default: the folder a user would download CIFAR-10 into (--download does).
+DEFAULT_DATA_DIR = "data/cifar10"
 
 
 def _choices(*values: str, default: str) -> Any:
@@ -26,7 +35,7 @@ def _choices(*values: str, default: str) -> Any:
 
 @dataclass
 class DataConfig:
-    dir: str = "../shared/data/cifar10-subset"
+    dir: str = DEFAULT_DATA_DIR
     kind: str = _choices("cifar10", "folder", default="cifar10")
     resolution: int = 32  # images of a folder dataset are resized to this
     val_fraction: float = 0.1  # held out of the training images for per-epoch evaluation
@@ -266,17 +275,63 @@ def from_dict(values: dict) -> Config:
     return validate(_build(Config, values))
 
 
+def bundled_configs() -> dict[str, Any]:
+    """Names of the configs that ship in fbnas/configs, mapped to their files."""
+    return bundled("configs")
+
+
+def _config_source(name_or_path: str | Path, folder: Path | None = None) -> Any:
+    """The file a ``--config`` or ``base:`` value names: a path (relative to ``folder`` when
+    given), or a bundled config name."""
+    if names_a_file(name_or_path, folder):
+        p = Path(name_or_path) if folder is None else folder / name_or_path
+        if not p.is_file():
+            raise UsageError(f"config file {p} does not exist")
+        return p
+    configs = bundled_configs()
+    if str(name_or_path) not in configs:
+        raise UsageError(f"unknown config {str(name_or_path)!r}: give a YAML file path or one of "
+                         f"{', '.join(configs) or '(none found)'}")
+    return configs[str(name_or_path)]
+
+
+def read_config_file(name_or_path: str | Path) -> dict:
+    """The keys of a config file (a path or a bundled name) over those of its ``base:``."""
+    return _read_with_bases(_config_source(name_or_path), ())
+
+
+def _read_with_bases(source: Any, chain: tuple[str, ...]) -> dict:
+    raw = load_yaml(source, "config file")
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise UsageError(f"config file {source} must hold a mapping at the top level")
+    chain = (*chain, _identity(source))
+    base = raw.pop("base", None)
+    if base is None:
+        return raw
+    if not isinstance(base, str) or not base:
+        raise UsageError(f"config key base in {source} must be a bundled config name or a YAML "
+                         f"file path, got {base!r}")
+    # a path in base: is relative to the folder of the file that names it
+    parent = _config_source(base, source.parent if isinstance(source, Path) else None)
+    if _identity(parent) in chain:
+        raise UsageError(f"config file {source}: base {base!r} leads back to {parent}; "
+                         "remove one of the base: keys")
+    return _merge(_read_with_bases(parent, chain), raw)
+
+
+def _identity(source: Any) -> str:
+    return str(source.resolve()) if isinstance(source, Path) else str(source)
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] = (),
                 base: dict | None = None) -> Config:
-    """Defaults, then ``base`` (e.g. a resumed run's config), then a YAML file, then ``--set``."""
+    """Defaults, then ``base`` (e.g. a resumed run's config), then a config file (a path or a
+    bundled name, with its own ``base:`` beneath it), then ``--set``."""
     values: dict = copy.deepcopy(base) if base else {}
     if path is not None:
-        raw = load_yaml(Path(path), "config file")
-        if raw is None:
-            raw = {}
-        if not isinstance(raw, dict):
-            raise UsageError(f"config file {path} must hold a mapping at the top level")
-        values = _merge(values, raw)
+        values = _merge(values, read_config_file(path))
     for item in overrides:
         keys, value = parse_override(item)
         node = values

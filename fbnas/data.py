@@ -99,7 +99,8 @@ def cifar10_folder(data_dir: str | Path) -> Path:
     data_dir = Path(data_dir)
     expected = f"expected {data_dir}/{CIFAR_LAYOUT}; pass --download to fetch it"
     if not data_dir.is_dir():
-        raise FbnasError(f"data directory {data_dir} does not exist: {expected}")
+        raise FbnasError(f"data directory {data_dir} does not exist: point --data-dir (data.dir) "
+                         f"at your CIFAR-10 copy, {expected}")
     if (data_dir / CIFAR_FOLDER).is_dir():
         return data_dir / CIFAR_FOLDER
     if (data_dir / CIFAR_TRAIN_FILES[0]).exists():
@@ -217,7 +218,8 @@ def load_image_folder(root: str | Path, resolution: int) -> Dataset:
     if resolution < 1:
         raise UsageError(f"resolution must be a positive number of pixels, not {resolution}")
     if not root.is_dir():
-        raise FbnasError(f"image folder {root} does not exist: expected {_folder_layout(root)}")
+        raise FbnasError(f"image folder {root} does not exist: point --data-dir (data.dir) at "
+                         f"your images, expected {_folder_layout(root)}")
     train_dir, test_dir = root / "train", root / "test"
     split = train_dir.is_dir() and any(p.is_dir() for p in train_dir.iterdir())
     if not split:

@@ -13,11 +13,7 @@ import yaml
 
 from fbnas.errors import FbnasError
 from fbnas.ops import SUPPORTED_STRIDES, check_op_fits, out_size
-
-SPACE_DIRS = (
-    Path(__file__).resolve().parent.parent / "configs" / "spaces",
-    Path.cwd() / "configs" / "spaces",
-)
+from fbnas.resources import bundled, names_a_file
 
 
 @dataclass(frozen=True)
@@ -193,18 +189,13 @@ class SearchSpace:
         return "\n".join(lines)
 
 
-def bundled_spaces() -> dict[str, Path]:
-    """Names of the spaces that ship in configs/spaces, mapped to their files."""
-    found: dict[str, Path] = {}
-    for d in SPACE_DIRS:
-        if d.is_dir():
-            for p in sorted(d.glob("*.yaml")):
-                found.setdefault(p.stem, p)
-    return found
+def bundled_spaces() -> dict[str, Any]:
+    """Names of the spaces that ship in fbnas/spaces, mapped to their files."""
+    return bundled("spaces")
 
 
-def load_yaml(path: Path, what: str) -> Any:
-    """Read a YAML file with the safe loader, turning every failure into one line."""
+def load_yaml(path: Any, what: str) -> Any:
+    """Read a YAML file (a path or a bundled file) with the safe loader, failures in one line."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
@@ -222,16 +213,17 @@ def load_yaml(path: Path, what: str) -> Any:
 
 def load_space(name_or_path: str | Path) -> SearchSpace:
     """Load a bundled space by name (e.g. ``fbnet_cifar``) or a space YAML file by path."""
-    p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or p.exists():
-        if not p.is_file():
-            raise FbnasError(f"space file {p} does not exist")
-        raw = load_yaml(p, "space file")
-        if not isinstance(raw, dict):
-            raise FbnasError(f"space file {p} must hold a mapping at the top level")
-        return SearchSpace(raw)
-    spaces = bundled_spaces()
-    if str(name_or_path) not in spaces:
-        raise FbnasError(f"unknown space {str(name_or_path)!r}: give a YAML file path or one of "
-                         f"{', '.join(spaces) or '(none found)'}")
-    return load_space(spaces[str(name_or_path)])
+    if names_a_file(name_or_path):
+        source = Path(name_or_path)
+        if not source.is_file():
+            raise FbnasError(f"space file {source} does not exist")
+    else:
+        spaces = bundled_spaces()
+        if str(name_or_path) not in spaces:
+            raise FbnasError(f"unknown space {str(name_or_path)!r}: give a YAML file path or "
+                             f"one of {', '.join(spaces) or '(none found)'}")
+        source = spaces[str(name_or_path)]
+    raw = load_yaml(source, "space file")
+    if not isinstance(raw, dict):
+        raise FbnasError(f"space file {source} must hold a mapping at the top level")
+    return SearchSpace(raw)

@@ -9,6 +9,24 @@ CIFAR_SUBSET = (REPO.parent / "shared" / "data" / "cifar10-subset")
 torch.set_num_threads(1)
 
 
+def require_cifar_subset() -> Path:
+    """The CIFAR-10 subset, or a failure saying where it was looked for.
+
+    A failure, not a skip: a skipped end-to-end test reads as a pass in CI.
+    """
+    if not (CIFAR_SUBSET / "cifar-10-batches-py").is_dir():
+        pytest.fail(f"this test needs the CIFAR-10 subset at {CIFAR_SUBSET} (the repository's "
+                    "../shared/data/cifar10-subset, holding cifar-10-batches-py/); put it, or a "
+                    "link to a CIFAR-10 copy, there", pytrace=False)
+    return CIFAR_SUBSET
+
+
+@pytest.fixture
+def cifar_subset() -> Path:
+    """The CIFAR-10 subset for tests that read it (see require_cifar_subset)."""
+    return require_cifar_subset()
+
+
 @pytest.fixture(scope="session")
 def tiny_lut_data():
     """A quickly profiled table of the tiny space (timings are rough; shapes are what count)."""

@@ -12,7 +12,7 @@ from fbnas.checkpoint import load_checkpoint
 from fbnas.cli import main
 from tests.conftest import CIFAR_SUBSET
 
-pytestmark = pytest.mark.skipif(not CIFAR_SUBSET.is_dir(), reason="needs ../shared/data")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("cifar_subset")]
 
 
 def cli(*args):

@@ -1,5 +1,6 @@
 import json
 
+import pytest
 from click.testing import CliRunner
 
 import fbnas
@@ -66,6 +67,7 @@ def test_calibrate_stores_calibration_once(tiny_lut_file):
     assert r.exit_code == 1 and "--force" in r.output
 
 
+@pytest.mark.slow  # a profile and its calibration, end to end
 def test_profile_check_stores_calibration(tmp_path):
     out = tmp_path / "tiny.json"
     r = run("profile", "--space", "tiny", "--runtime", "eager", "--out", out, "--rounds", 1,
@@ -75,3 +77,15 @@ def test_profile_check_stores_calibration(tmp_path):
     assert cal["networks_fit"] == 2 and cal["networks_test"] == 3
     r = run("profile", "--space", "tiny", "--out", tmp_path / "x.json", "--check", 3)
     assert r.exit_code == 2 and "at least 5" in r.output
+
+
+def test_bundled_config_from_another_folder_asks_for_the_data_dir(tmp_path, tiny_lut_file,
+                                                                   monkeypatch):
+    monkeypatch.chdir(tmp_path)  # outside the checkout: nothing there but the table
+    r = run("train", "--config", "tiny", "--lut", tiny_lut_file, "--out", "run")
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    assert "data directory data/cifar10 does not exist" in r.output and "--data-dir" in r.output
+    r = run("train", "--config", "tiny", "--lut", tiny_lut_file, "--out", "run2",
+            "--data-dir", tmp_path / "elsewhere")
+    assert r.exit_code == 1 and f"{tmp_path}/elsewhere does not exist" in r.output

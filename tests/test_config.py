@@ -2,6 +2,7 @@ import pytest
 
 from fbnas.config import load_config
 from fbnas.errors import FbnasError, UsageError
+from tests.conftest import REPO
 
 
 def test_defaults_are_the_papers():
@@ -50,3 +51,51 @@ def test_binary_config_file_is_one_line_error(tmp_path):
     p.write_bytes(b"\xff\xfe\x00binary\x9c")
     with pytest.raises(FbnasError, match="not a text file"):
         load_config(p)
+
+
+def test_bundled_configs_by_name_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tiny = load_config("tiny")
+    assert tiny.space == "tiny" and tiny.search.epochs == 2 and tiny.warmup_epochs == 1
+    assert tiny.data.dir == "data/cifar10"  # the package's default, not this checkout's
+    paper = load_config("fbnet_cifar")
+    assert paper.search.epochs == 90 and paper.warmup_epochs == 9
+    with pytest.raises(UsageError, match="unknown config 'nope'.*fbnet_cifar, tiny"):
+        load_config("nope")
+    with pytest.raises(UsageError, match="config file missing.yaml does not exist"):
+        load_config("missing.yaml")
+
+
+def test_repository_configs_are_the_bundled_ones_on_the_shared_subset():
+    for name in ("tiny", "fbnet_cifar"):
+        repo = load_config(REPO / "configs" / f"{name}.yaml")
+        assert repo.data.dir == "../shared/data/cifar10-subset"
+        assert repo.to_dict() == load_config(name, [f"data.dir={repo.data.dir}"]).to_dict()
+    assert load_config(REPO / "configs" / "demo.yaml").data.dir == "../shared/data/cifar10-subset"
+
+
+def test_base_is_merged_beneath_and_relative_to_the_file(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "mine.yaml").write_text(
+        "base: tiny\nsearch: {epochs: 4}\ndata: {dir: /data/c10, batch_size: 16}\n")
+    (tmp_path / "top.yaml").write_text("base: sub/mine.yaml\nsearch: {mode: hard}\n")
+    cfg = load_config(tmp_path / "top.yaml", ["data.batch_size=8"])
+    assert (cfg.space, cfg.lut) == ("tiny", "lookup_tables/tiny_ort.json")  # from tiny
+    assert (cfg.search.epochs, cfg.warmup_epochs, cfg.search.mode) == (4, 1, "hard")
+    assert cfg.data.dir == "/data/c10" and cfg.data.batch_size == 8
+    assert "base" not in cfg.to_dict()
+
+
+@pytest.mark.parametrize("files,message", [
+    ({"a.yaml": "base: a.yaml\n"}, "leads back to"),
+    ({"a.yaml": "base: b.yaml\n", "b.yaml": "base: ../x/a.yaml\n"}, "leads back to"),
+    ({"a.yaml": "base: [tiny]\n"}, "config key base in .*a.yaml must be a bundled config name"),
+    ({"a.yaml": "base: nothere.yaml\n"}, "x/nothere.yaml does not exist"),
+    ({"a.yaml": "base: huge\n"}, "unknown config 'huge'"),
+])
+def test_bad_base_is_one_line_error(tmp_path, files, message):
+    (tmp_path / "x").mkdir()
+    for name, text in files.items():
+        (tmp_path / "x" / name).write_text(text)
+    with pytest.raises(UsageError, match=message):
+        load_config(tmp_path / "x" / "a.yaml")

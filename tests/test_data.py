@@ -1,6 +1,5 @@
 import os
 import pickle
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,8 +9,7 @@ from PIL import Image
 from fbnas.data import (CIFAR_MEAN, CIFAR_STD, BatchLoader, augment, channel_stats,
                         load_dataset, make_splits, normalize)
 from fbnas.errors import FbnasError, UsageError
-
-SUBSET = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "cifar10-subset"
+from tests.conftest import CIFAR_SUBSET as SUBSET
 
 torch.set_num_threads(1)
 
@@ -41,6 +39,8 @@ def make_cifar(root, sizes=(7, 3, 1, 5, 2), test=4):
 # --------------------------------------------------------------------------- CIFAR-10
 
 
+@pytest.mark.slow  # reads the CIFAR-10 subset
+@pytest.mark.usefixtures("cifar_subset")
 def test_real_subset_loads_with_right_shapes_and_labels():
     ds = load_dataset(SUBSET)
     assert ds.train_images.shape == (5085, 3, 32, 32) and ds.train_images.dtype == torch.uint8
@@ -56,6 +56,8 @@ def test_real_subset_loads_with_right_shapes_and_labels():
     assert np.allclose(mean, CIFAR_MEAN, atol=0.01) and np.allclose(std, CIFAR_STD, atol=0.01)
 
 
+@pytest.mark.slow  # reads the CIFAR-10 subset
+@pytest.mark.usefixtures("cifar_subset")
 def test_batches_folder_itself_is_accepted():
     a = load_dataset(SUBSET)
     b = load_dataset(SUBSET / "cifar-10-batches-py")
@@ -300,6 +302,8 @@ def test_loader_refuses_a_split_too_small_for_one_batch():
         loader(images, labels, torch.arange(5), drop_last=True)
 
 
+@pytest.mark.slow  # reads the CIFAR-10 subset
+@pytest.mark.usefixtures("cifar_subset")
 def test_loader_on_the_real_subset():
     ds = load_dataset(SUBSET)
     splits = make_splits(len(ds.train_labels), seed=0)

@@ -8,7 +8,7 @@ import pytest
 from fbnas.checkpoint import load_checkpoint
 from tests.conftest import CIFAR_SUBSET, REPO
 
-pytestmark = pytest.mark.skipif(not CIFAR_SUBSET.is_dir(), reason="needs ../shared/data")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("cifar_subset")]
 
 
 def fbnas(*args, timeout=300):

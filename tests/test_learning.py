@@ -10,7 +10,9 @@ from fbnas.data import BatchLoader, load_dataset, make_splits
 from fbnas.lut import LUT, profile_space
 from fbnas.space import SearchSpace
 from fbnas.supernet import Supernet
-from tests.conftest import CIFAR_SUBSET
+from tests.conftest import require_cifar_subset
+
+pytestmark = pytest.mark.slow  # trains on real images
 
 # Eight searchable layers, three of them transitions, the shape of fbnet_cifar in small.
 SLICE = {
@@ -26,9 +28,7 @@ SLICE = {
 
 @pytest.fixture(scope="module")
 def batches():
-    if not CIFAR_SUBSET.is_dir():
-        pytest.fail(f"this test needs the CIFAR-10 subset at {CIFAR_SUBSET}")
-    data = load_dataset(CIFAR_SUBSET)
+    data = load_dataset(require_cifar_subset())
     split = make_splits(data.train_images.shape[0], 0)["weights"]
     loader = BatchLoader(data.train_images, data.train_labels, split, 64, train=True, seed=0,
                          drop_last=True, mean=data.mean, std=data.std)

@@ -1,7 +1,7 @@
 """Tables timed in ONNX Runtime: the runtime recorded, mismatches refused, exports that run.
 
 One tiny table is profiled through the CLI for the whole module: exporting its 22 entries
-takes most of this file's time.
+takes most of this file's time, so the tests that use it are marked slow.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def hand_arch(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_profile_tiny_in_onnxruntime_end_to_end(ort_table):
     path, res = ort_table
     assert "onnxruntime" in res.stdout and "fastest non-skip" in res.stdout
@@ -59,6 +60,7 @@ def test_profile_tiny_in_onnxruntime_end_to_end(ort_table):
     assert all(e["median"] > 0 for e in lut.data["entries"].values())
 
 
+@pytest.mark.slow
 def test_runtime_table_round_trip(ort_table, tmp_path):
     path, _ = ort_table
     lut = load_lut(path)
@@ -70,6 +72,7 @@ def test_runtime_table_round_trip(ort_table, tmp_path):
     assert "onnxruntime" in cli("show-lut", copy).stdout
 
 
+@pytest.mark.slow
 def test_runtime_mismatch_is_one_line_error(ort_table, tiny_lut_file, hand_arch):
     path, _ = ort_table
     before = path.read_text()
@@ -95,6 +98,7 @@ def test_tables_without_a_runtime_are_eager(tiny_lut_data):
         make_runtime("tvm")
 
 
+@pytest.mark.slow
 def test_latency_in_onnxruntime_against_its_table(ort_table, hand_arch):
     path, _ = ort_table
     res = cli("latency", hand_arch, "--lut", path, "--rounds", 2, "--block-time", 0.001)
@@ -107,6 +111,7 @@ def test_latency_in_onnxruntime_against_its_table(ort_table, hand_arch):
     assert "now" in lines
 
 
+@pytest.mark.slow
 def test_exported_onnx_of_a_sampled_architecture_runs_like_eager(ort_table, tmp_path):
     path, _ = ort_table
     run = make_run(tmp_path, load_space("tiny"), path)
@@ -131,6 +136,7 @@ def test_exported_onnx_of_a_sampled_architecture_runs_like_eager(ort_table, tmp_
     assert [b["op"] for b in json.loads(meta["fbnas.definition"])["blocks"]] == HARD
 
 
+@pytest.mark.slow
 def test_table_from_another_machine_warns(ort_table, tmp_path):
     path, _ = ort_table
     data = read_json(path, "lookup table")

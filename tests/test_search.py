@@ -12,7 +12,8 @@ from fbnas.errors import FbnasError
 from fbnas.search import run_search
 from tests.conftest import CIFAR_SUBSET
 
-pytestmark = pytest.mark.skipif(not CIFAR_SUBSET.is_dir(), reason="needs ../shared/data")
+# every test here searches (or starts to) on the CIFAR-10 subset
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("cifar_subset")]
 
 
 def small_config(lut_file, **extra):

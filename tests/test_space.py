@@ -1,9 +1,11 @@
 import copy
+from pathlib import Path
 
 import pytest
 
+import fbnas
 from fbnas.errors import FbnasError
-from fbnas.space import SearchSpace, load_space
+from fbnas.space import SearchSpace, bundled_spaces, load_space
 
 
 def test_fbnet_imagenet_matches_paper_table1():
@@ -71,3 +73,12 @@ def test_definition_rejects_non_candidate():
     s = load_space("tiny")
     with pytest.raises(FbnasError, match="not a candidate"):
         s.definition(["k5_e6"] * len(s.layers))
+
+
+def test_bundled_spaces_ship_inside_the_package(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # found from any folder, not via the checkout's layout
+    spaces = bundled_spaces()
+    assert set(spaces) == {"fbnet_cifar", "fbnet_imagenet", "tiny"}
+    assert all(Path(str(f)).parent == Path(fbnas.__file__).parent / "spaces"
+               for f in spaces.values())
+    assert load_space("tiny").name == "tiny"
