@@ -1,4 +1,4 @@
-"""Reading checkpoints: the one place a ``.pt`` file becomes Python objects.
+"""Reading and writing checkpoints: the one place a ``.pt`` file becomes Python objects.
 
 Every checkpoint fbnas reads (a search to sample from or resume, a retraining run to resume,
 weights to export) goes through :func:`load_torch`, so each is loaded the same safe way
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from fbnas.errors import FbnasError
-from fbnas.io import file_hash
+from fbnas.io import atomic_write, file_hash
 from fbnas.space import SearchSpace
 
 CHECKPOINT_FORMAT = "fbnas.checkpoint/1"
@@ -38,6 +38,13 @@ def load_torch(path: str | Path) -> Any:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise FbnasError(f"cannot load checkpoint {path} (truncated, corrupted or not a "
                          f"torch file?): {first[:200]}") from None
+
+
+def save_checkpoint(state: dict, path: str | Path) -> None:
+    """Write a checkpoint atomically: a crash mid-write leaves the previous one intact."""
+    import torch
+
+    atomic_write(path, lambda p: torch.save(state, p))
 
 
 def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:

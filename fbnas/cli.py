@@ -218,7 +218,7 @@ def run_options(f):
 def run_config(config_path, out, resume, force, overrides, download, **keys):
     """Defaults < the resumed run's config < --config file < named options < --set."""
     from fbnas.config import load_config
-    from fbnas.trainer import resume_config
+    from fbnas.rundir import resume_config
 
     if resume and force:
         raise UsageError("--resume continues a run and --force starts over; pick one")
@@ -280,13 +280,14 @@ def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overri
       fbnas train --out runs/c10 --resume
       fbnas train --config my_search.yaml --out runs/mine --nproc 2
     """
+    from fbnas.logs import console
     from fbnas.search import run_search
 
     if nproc is not None and nproc > 1:
-        from fbnas.trainer import prepare_run_dir
+        from fbnas.rundir import check_run_dir
 
         # report a bad --out once, before starting processes
-        prepare_run_dir(Path(out or "runs/search"), resume, force, clear=False)
+        check_run_dir(Path(out or "runs/search"), resume, force)
         code = launch_processes(ctx, nproc, threads)
         # torch's launcher can leave native threads behind whose teardown at interpreter exit
         # aborts this (parent) process after the run succeeded (SIGABRT, "terminate called
@@ -300,7 +301,8 @@ def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overri
                      **{"space": space_name, "lut": lut, "data.dir": data_dir,
                         "search.epochs": epochs, "search.mode": mode, "run.seed": seed,
                         "run.device": device, "run.threads": threads})
-    result = run_search(cfg, out, resume=resume, force=force, echo=click.echo)
+    with console():
+        result = run_search(cfg, out, resume=resume, force=force)
     if not result["stopped"] and result["rank"] == 0:
         click.echo(f"done: {result['epochs_done']} epochs; argmax architecture costs "
                    f"{result['argmax_cost'] / 1000:.3f} ms" if cfg.search.cost == "latency" else
@@ -326,6 +328,7 @@ def retrain(arch, name, config_path, data_dir, out, epochs, seed, device, thread
     Example:
       fbnas retrain runs/search/arch.json --name search_hard --out runs/retrain --epochs 30
     """
+    from fbnas.logs import console
     from fbnas.retrain import run_retrain
 
     out = out or Path("runs/retrain")
@@ -335,7 +338,8 @@ def retrain(arch, name, config_path, data_dir, out, epochs, seed, device, thread
                      **{"retrain.arch": arch, "retrain.name": name, "data.dir": data_dir,
                         "retrain.epochs": epochs, "run.seed": seed, "run.device": device,
                         "run.threads": threads})
-    result = run_retrain(cfg, out, resume=resume, force=force, echo=click.echo)
+    with console():
+        result = run_retrain(cfg, out, resume=resume, force=force)
     if not result["stopped"] and "test" in result and result["rank"] == 0:
         click.echo(f"done: {result['epochs_done']} epochs; test top1 "
                    f"{result['test']['top1']:.2f}%")
@@ -435,7 +439,7 @@ def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_ti
     from fbnas.measure import latency_report
 
     name, defn = select(arch_path, name)
-    lut = recorded_lut(defn, lut_path)
+    lut = recorded_lut(defn, lut_path, arch_path=arch_path)
     click.echo(latency_report(defn, lut, threads=threads, batch=batch, rounds=rounds,
                               block_time=block_time, seed=seed, runtime=runtime))
 
@@ -459,7 +463,7 @@ def summary(arch_path, name, lut_path):
     from fbnas.reports import format_summary
 
     _, defn = select(arch_path, name)
-    click.echo(format_summary(defn, recorded_lut(defn, lut_path)))
+    click.echo(format_summary(defn, recorded_lut(defn, lut_path, arch_path=arch_path)))
 
 
 @main.command(context_settings=CONTEXT)

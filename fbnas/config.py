@@ -250,8 +250,13 @@ def validate(cfg: Config) -> Config:
     need(d.limit >= 0, "config key data.limit must be >= 0")
     need(s.recalibrate_images >= 0, "config key search.recalibrate_images must be >= 0")
     need(s.epochs >= 1, "config key search.epochs must be at least 1")
-    need(0 <= cfg.warmup_epochs <= s.epochs,
-         "config key search.warmup_epochs must be between 0 and search.epochs")
+    need(cfg.warmup_epochs >= 0, "config key search.warmup_epochs must be >= 0")
+    # the paper's share (what an unset search.warmup_epochs means) is always below the epochs
+    need(cfg.warmup_epochs <= s.epochs,
+         f"search.epochs ({s.epochs}, --epochs) is below search.warmup_epochs "
+         f"({cfg.warmup_epochs}), the weights-only epochs, so theta would never train: add "
+         f"--set search.warmup_epochs={int(round(0.1 * s.epochs))} (10% of the epochs) or "
+         f"train at least {cfg.warmup_epochs + 1} epochs")
     need(s.accumulate >= 1, "config key search.accumulate must be at least 1")
     need(s.temperature.initial > 0, "config key search.temperature.initial must be positive")
     need(lo.alpha > 0, "config key loss.alpha must be positive")

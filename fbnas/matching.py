@@ -23,16 +23,31 @@ def warn_other_machine(lut, warn: Warn = warn_stderr) -> None:
         warn(note)
 
 
+def run_table(run_dir: Path, lut_hash: str | None) -> Path | None:
+    """The copy of its lookup table a run directory keeps (RUN_DIR/lut.json), if it holds the
+    table recorded by ``lut_hash``."""
+    from fbnas.rundir import TABLE_COPY
+
+    copy = Path(run_dir) / TABLE_COPY
+    if copy.is_file() and (lut_hash is None or file_hash(copy) == lut_hash):
+        return copy
+    return None
+
+
 def resolve_lut(ck: SearchCheckpoint, lut_path: str | Path | None = None,
                 warn: Warn = warn_stderr):
-    """The table to predict with: ``lut_path`` or the search's own, checked against the space.
+    """The table to predict with: ``lut_path``, else the search's own (the run directory's
+    copy; for a run directory without one, the table at the path it records), checked
+    against the space.
 
-    A missing table is an error (predictions are part of every definition). A table whose
-    hash differs from the search's only warns: ``fbnas calibrate`` adds a calibration in
-    place, which changes the hash but not the entries the search trained against.
+    A missing table is an error (predictions are part of every definition). A recorded table
+    whose hash differs from the search's only warns: ``fbnas calibrate`` adds a calibration
+    in place, which changes the hash but not the entries the search trained against.
     """
     from fbnas.lut import load_lut
 
+    if lut_path is None:
+        lut_path = run_table(ck.run_dir, ck.lut_hash)
     if lut_path is None:
         if not ck.lut_path:
             raise FbnasError(f"checkpoint {ck.path} does not record its lookup table; "
@@ -107,8 +122,11 @@ def row_latencies(defn: dict, lut) -> list[float]:
     return [float(x) for x in lats]
 
 
-def recorded_lut(defn: dict, lut_path: str | Path | None, warn: Warn = warn_stderr):
-    """The table given by ``lut_path``, else the one the entry records if it still exists."""
+def recorded_lut(defn: dict, lut_path: str | Path | None, warn: Warn = warn_stderr,
+                 arch_path: str | Path | None = None):
+    """The table given by ``lut_path``, else the one the entry records if it still exists,
+    else the run's copy next to the architecture file ``arch_path`` (RUN_DIR/arch.json and
+    RUN_DIR/lut.json, wherever the run directory has moved) if it is the recorded table."""
     from fbnas.lut import load_lut
 
     if lut_path is not None:
@@ -117,6 +135,11 @@ def recorded_lut(defn: dict, lut_path: str | Path | None, warn: Warn = warn_stde
     rec = src.get("lut") if isinstance(src, dict) else None
     if not isinstance(rec, str):
         return None
+    if not Path(rec).is_file() and arch_path is not None:
+        h = src.get("lut_hash")
+        copy = run_table(Path(arch_path).parent, h) if isinstance(h, str) else None
+        if copy is not None:
+            return load_lut(copy)
     if not Path(rec).is_file():
         warn(f"the architecture's lookup table {rec} does not exist here; pass --lut PATH "
              "for predictions")

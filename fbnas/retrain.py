@@ -14,11 +14,12 @@ from typing import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from fbnas.definition import select, structure_difference
 from fbnas.config import Config
+from fbnas.definition import select, structure_difference
 from fbnas.errors import FbnasError
+from fbnas.launch import launch
 from fbnas.model import Network
-from fbnas.trainer import Batch, Trainer, launch
+from fbnas.trainer import Batch, Trainer
 
 
 class Retrain(Trainer):
@@ -27,7 +28,7 @@ class Retrain(Trainer):
     kind = "model"
     phases = ("weights",)
 
-    def setup(self) -> None:
+    def setup(self, ckpt: dict | None) -> None:
         r = self.cfg.retrain
         if not r.arch:
             raise FbnasError("no architecture to retrain: give ARCH (a file written by fbnas "
@@ -66,8 +67,8 @@ class Retrain(Trainer):
         return {"weights": torch.optim.SGD(groups, lr=ow.lr, momentum=ow.momentum,
                                            nesterov=ow.nesterov)}
 
-    def _apply_hyperparameters(self) -> None:
-        super()._apply_hyperparameters()
+    def apply_hyperparameters(self) -> None:
+        super().apply_hyperparameters()
         groups = self.optimizers["weights"].param_groups
         if len(groups) > 1:  # keep the no-decay group undecayed
             groups[1]["weight_decay"] = 0.0
@@ -100,6 +101,10 @@ class Retrain(Trainer):
 
 
 def run_retrain(cfg: Config, out: str | Path, resume: bool = False, force: bool = False,
-                stop_after: int | None = None, echo: Callable[[str], None] = print) -> dict:
-    """Train (or resume training) the architecture ``cfg.retrain.arch`` into ``out``."""
+                stop_after: int | None = None, echo: Callable[[str], None] | None = None
+                ) -> dict:
+    """Train (or resume training) the architecture ``cfg.retrain.arch`` into ``out``.
+
+    Its lines go to the "fbnas" logger and RUN_DIR/train.log, and also to ``echo`` if given.
+    """
     return launch(Retrain, cfg, out, resume, force, stop_after, echo)

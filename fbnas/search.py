@@ -16,16 +16,19 @@ import torch
 import torch.nn.functional as F
 
 from fbnas.config import Config
+from fbnas.data import BatchLoader
 from fbnas.errors import FbnasError
+from fbnas.health import skip_count
 from fbnas.io import file_hash
+from fbnas.launch import launch
 from fbnas.loss import paper_loss, target_loss
 from fbnas.lut import load_lut
-from fbnas.space import load_space
-from fbnas.data import BatchLoader
-from fbnas.health import skip_count
 from fbnas.pictures import progress_chart, theta_heatmap, write_png
+from fbnas.rundir import copy_table, resume_config
+from fbnas.space import load_space
+from fbnas.stats import StepFigures
 from fbnas.supernet import Supernet, recalibrated_bn
-from fbnas.trainer import Batch, Trainer, launch, resume_config
+from fbnas.trainer import Batch, Trainer
 
 __all__ = ["Search", "run_search", "resume_config", "temperature"]
 
@@ -48,24 +51,40 @@ class Search(Trainer):
 
     kind = "search"
     phases = ("weights", "theta")
+    lr_keys = ("optim.weights.lr", "optim.theta.lr")
 
-    def setup(self) -> None:
+    def setup(self, ckpt: dict | None) -> None:
         cfg = self.cfg
         self.space = load_space(cfg.space)
-        lut_path = Path(cfg.lut)
-        if not lut_path.is_file():
-            raise FbnasError(f"lookup table {lut_path} does not exist; create it with: "
-                             f"fbnas profile --space {cfg.space} --out {lut_path}")
-        self.lut = load_lut(lut_path, self.space)
+        self.lut_path = self._table(ckpt)
+        self.lut = load_lut(self.lut_path, self.space)
         note = self.lut.other_machine()
         if note and cfg.search.cost == "latency":
-            self.log(f"warning: {note}")
-        self.lut_hash = file_hash(lut_path)
+            self.warn(note)
+        self.lut_hash = file_hash(self.lut_path)
         self.epochs = cfg.search.epochs
         self.accumulate = cfg.search.accumulate
         self.resolution = self.space.resolution
         self.num_classes = self.space.num_classes
         self.find_unused_parameters = cfg.search.mode == "hard"
+
+    def _table(self, ckpt: dict | None) -> Path:
+        """The table to search with: config key ``lut`` for a new run; the run's copy,
+        RUN_DIR/lut.json, for a resumed one, whatever happened to the original since (a run
+        directory from before the copy existed resumes with the original, if unchanged)."""
+        named, copy = Path(self.cfg.lut), self.paths.lut
+        if ckpt is not None and copy.is_file():
+            # --lut naming another file than the one the run started with must be that table
+            if str(self.cfg.lut) != ckpt.get("lut_path") and not (
+                    named.is_file() and file_hash(named) == file_hash(copy)):
+                raise FbnasError(f"cannot resume: lookup table {named} differs from the one "
+                                 f"the run started with ({ckpt.get('lut_path')}, kept as "
+                                 f"{copy}); resume without --lut to use the run's copy")
+            return copy
+        if not named.is_file():
+            raise FbnasError(f"lookup table {named} does not exist; create it with: "
+                             f"fbnas profile --space {self.cfg.space} --out {named}")
+        return named
 
     def check_resume(self, ckpt: dict) -> None:
         if ckpt.get("space_hash") != self.space.hash:
@@ -73,8 +92,24 @@ class Search(Trainer):
                              f"({ckpt['space']['name']}, hash {ckpt.get('space_hash')}) than "
                              f"{self.space.name} (hash {self.space.hash})")
         if ckpt.get("lut_hash") != self.lut_hash:
-            raise FbnasError(f"cannot resume: lookup table {self.cfg.lut} differs from the one "
+            raise FbnasError(f"cannot resume: lookup table {self.lut_path} differs from the one "
                              f"the run started with ({ckpt.get('lut_path')})")
+
+    def write_run_files(self) -> None:
+        super().write_run_files()
+        copy_table(self.lut_path, self.paths, self.lut_hash)
+
+    def apply_hyperparameters(self) -> None:
+        super().apply_hyperparameters()
+        ot = self.cfg.optim.theta
+        for g in self.optimizers["theta"].param_groups:
+            g.update(lr=ot.lr, betas=(ot.beta1, ot.beta2), weight_decay=ot.weight_decay)
+
+    def phase_record(self, phase: str, mean: StepFigures) -> dict:
+        record = super().phase_record(phase, mean)
+        if phase == "theta":
+            record["theta_cost_sampled"] = mean.cost
+        return record
 
     def make_train_loaders(self, data, splits, **common) -> None:
         seed = self.cfg.run.seed
@@ -240,7 +275,7 @@ class Search(Trainer):
                                [r["cost_argmax"] * scale for r in h],
                                f"search {self.space.name}",
                                f"argmax {self.cfg.search.cost} ({unit})")
-        folder = self.paths.root / "pictures"
+        folder = self.paths.pictures
         write_png(folder / f"theta_epoch{epoch + 1:03d}.png", heat)
         write_png(folder / "progress.png", chart)
         self.writer.add_image("theta_heatmap", heat, epoch + 1, dataformats="HWC")
@@ -253,6 +288,10 @@ class Search(Trainer):
 
 
 def run_search(cfg: Config, out: str | Path, resume: bool = False, force: bool = False,
-               stop_after: int | None = None, echo: Callable[[str], None] = print) -> dict:
-    """Run (or resume) a search into run directory ``out``; return a summary."""
+               stop_after: int | None = None, echo: Callable[[str], None] | None = None
+               ) -> dict:
+    """Run (or resume) a search into run directory ``out``; return a summary.
+
+    Its lines go to the "fbnas" logger and RUN_DIR/train.log, and also to ``echo`` if given.
+    """
     return launch(Search, cfg, out, resume, force, stop_after, echo)

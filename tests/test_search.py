@@ -1,3 +1,5 @@
+import json
+import logging
 import signal
 
 import pytest
@@ -155,3 +157,49 @@ def test_resume_from_checkpoint_without_theta_is_one_line_error(tmp_path, tiny_l
     torch.save(ckpt, path)
     with pytest.raises(FbnasError, match="cannot resume .*--force"):
         run_search(cfg, out, resume=True, echo=quiet)
+
+
+def test_resume_after_calibrating_the_original_table_is_exact(tmp_path, tiny_lut_file):
+    cfg = small_config(tiny_lut_file)
+    run_search(cfg, tmp_path / "full", echo=quiet)
+    split = tmp_path / "split"
+    run_search(cfg, split, stop_after=1, echo=quiet)
+    assert (split / "lut.json").read_bytes() == tiny_lut_file.read_bytes()
+    r = CliRunner().invoke(main, ["calibrate", str(tiny_lut_file), "--networks", "5", "--fit",
+                                  "3", "--rounds", "2", "--block-time", "0.001"])
+    assert r.exit_code == 0, r.output
+    assert "calibration" in json.loads(tiny_lut_file.read_text())  # the original changed
+    r = CliRunner().invoke(main, ["train", "--out", str(split), "--resume"])
+    assert r.exit_code == 0, r.output
+    assert "resuming at epoch 2" in r.output
+    same_state(load_checkpoint(tmp_path / "full/checkpoints/last.pt"),
+               load_checkpoint(split / "checkpoints/last.pt"))
+
+
+def test_metrics_have_one_line_per_epoch_after_resumes(tmp_path, tiny_lut_file, caplog):
+    cfg = small_config(tiny_lut_file)
+    out = tmp_path / "run"
+    run_search(cfg, out, stop_after=1)
+    first = (out / "checkpoints/last.pt").read_bytes()
+    with caplog.at_level(logging.INFO, logger="fbnas"):
+        run_search(cfg, out, resume=True)  # the lines go to the fbnas logger
+    assert any(m.startswith("epoch 2/2 [") for m in caplog.messages)
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
+    # back to the epoch-1 checkpoint, as if the newest had been lost: epoch 2 runs again
+    (out / "checkpoints/last.pt").write_bytes(first)
+    run_search(cfg, out, resume=True)
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["epoch"] for m in metrics] == [1, 2]
+    assert metrics == load_checkpoint(out)["history"]
+    epoch_lines = [line for line in (out / "train.log").open() if " epoch 2/2 [" in line]
+    assert f"val top1 {metrics[1]['val_top1']:.2f}%" in epoch_lines[-1]
+
+
+def test_resuming_a_finished_run_says_so(tmp_path, tiny_lut_file):
+    out = tmp_path / "run"
+    run_search(small_config(tiny_lut_file, **{"search.epochs": 1}), out, echo=quiet)
+    r = CliRunner().invoke(main, ["train", "--out", str(out), "--resume"])
+    assert r.exit_code == 0, r.output
+    assert f"run {out} already finished all 1 epochs; nothing to resume" in r.output
+    assert "resuming at epoch" not in r.output and "test set" in r.output
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 1

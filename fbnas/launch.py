@@ -1,0 +1,77 @@
+"""Starting a training run: process group, device, run directory, logging, then the trainer.
+
+The order matters to the user: the run directory is checked first (a bad ``--out`` fails
+before any data is read), the trainer sets up next (space, table, data, model, a resumed
+checkpoint), and only when that succeeded is the run directory created and its files
+written, so a run refused for bad input leaves no folder behind. Under torchrun rank 0 alone
+touches the file system, and its error, if any, stops every rank.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from fbnas.checkpoint import load_checkpoint
+from fbnas.config import Config
+from fbnas.dist import DistInfo, init_from_env, peer_failed, run_on_main, shutdown
+from fbnas.errors import FbnasError
+from fbnas.logs import run_log
+from fbnas.rundir import RunPaths, check_run_dir, start_run_dir
+from fbnas.trainer import Trainer
+
+
+def pick_device(name: str, info: DistInfo) -> torch.device:
+    if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise FbnasError("--device cuda was asked for but no CUDA device is available; "
+                             "use --device cpu")
+        return torch.device("cuda", info.local_rank)
+    return torch.device("cpu")
+
+
+def launch(trainer_cls: type[Trainer], cfg: Config, out: str | Path, resume: bool, force: bool,
+           stop_after: int | None, echo: Callable[[str], None] | None = None) -> dict:
+    """Prepare the process group, the device and the run directory, then run ``trainer_cls``.
+
+    The run's lines go to the "fbnas" logger (see fbnas.logs), to RUN_DIR/train.log and, when
+    given, to ``echo``.
+    """
+    out = Path(out)
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    info = init_from_env("cuda" if cfg.run.device == "cuda" or
+                         (cfg.run.device == "auto" and torch.cuda.is_available()) else "cpu")
+    try:
+        with run_log(echo if info.is_main else None) as log:
+            device = pick_device(cfg.run.device, info)
+            if device.type == "cuda":
+                torch.cuda.set_device(device)
+            collectives = device if device.type == "cuda" else torch.device("cpu")
+            paths = run_on_main(lambda: check_run_dir(out, resume, force), info,
+                                collectives) or RunPaths(out)
+            if cfg.data.download:
+                from fbnas.data import download_cifar10
+
+                run_on_main(lambda: download_cifar10(cfg.data.dir), info, collectives)
+            ckpt = load_checkpoint(paths.last, trainer_cls.kind) if resume else None
+            trainer = trainer_cls(cfg, paths, info, device, ckpt)
+
+            def start() -> None:
+                start_run_dir(paths, fresh=not resume)
+                log.open(paths.log)
+                trainer.write_run_files()
+
+            run_on_main(start, info, collectives)
+            result = trainer.run(stop_after=stop_after)
+            result["rank"] = info.rank
+            return result
+    except RuntimeError as e:
+        if info.enabled and peer_failed(e):
+            raise FbnasError(f"process {info.rank} stops: another process of this run failed "
+                             "(its message is above)") from None
+        raise
+    finally:
+        shutdown(info)
