@@ -1,0 +1,88 @@
+"""Bad input a new user may give each command: a one-line error, a non-zero exit, at once."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pickle
+import time
+
+import pytest
+import torch
+import yaml
+
+from fbnas.config import load_config
+from fbnas.io import file_hash, read_json, write_json
+from fbnas.space import load_space
+from tests.test_arch import HARD, assert_user_error, cli, make_run, peaked_theta
+
+
+@pytest.fixture
+def space():
+    return load_space("tiny")
+
+
+def _table(tmp_path, tiny_lut_data, name, change):
+    data = copy.deepcopy(tiny_lut_data)
+    change(data)
+    path = tmp_path / name
+    write_json(path, data)
+    return path
+
+
+def _arch(tmp_path, space, lut_file, name="arch.json", change=None):
+    defn = space.definition(HARD, "hand")
+    defn["source"] = {"lut": str(lut_file)}
+    if change:
+        change(defn)
+    write_json(tmp_path / name, defn)
+    return tmp_path / name
+
+
+def _fast(started, limit=1.0):
+    assert time.monotonic() - started < limit
+
+
+# --------------------------------------------------------------------------- size limits
+
+
+@pytest.mark.parametrize("field,change", [
+    ("stem.channels", lambda d: (d["stem"].update(channels=10 ** 6),
+                                 d["blocks"][0].update(c_in=10 ** 6))),
+    ("input.resolution", lambda d: d["input"].update(resolution=10 ** 9)),
+    ("stem.kernel", lambda d: d["stem"].update(kernel=10 ** 6 + 1)),
+    ("blocks[3].c_out", lambda d: d["blocks"][3].update(c_out=10 ** 6)),
+])
+@pytest.mark.parametrize("command", ["summary", "latency", "export"])
+def test_oversized_definitions_are_refused_on_reading(tmp_path, space, tiny_lut_file, field,
+                                                      change, command):
+    arch = _arch(tmp_path, space, tiny_lut_file, change=change)
+    extra = {"export": ["--random-weights", "--format", "pt2", "--out", tmp_path / "m.pt2"],
+             "latency": ["--rounds", 1]}.get(command, [])
+    started = time.monotonic()
+    assert_user_error(cli(command, arch, *extra), field, "above fbnas's limit")
+    _fast(started)
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda d: d["stem"].update(channels=10 ** 6), "stem.channels is 1000000"),
+    (lambda d: d["stages"][0].update(channels=20000), "stages[0].channels is 20000"),
+    (lambda d: d["input"].update(resolution=10 ** 9), "input.resolution is 1000000000"),
+    (lambda d: d["stem"].update(kernel=10 ** 6 + 1), "stem.kernel is 1000001"),
+    (lambda d: d["stem"].update(kernel=4), "stem.kernel must be odd"),
+    (lambda d: d["stages"][0].update(blocks=10 ** 6), "above fbnas's limit of 1000"),
+    (lambda d: d.update(candidates=["k33_e1"]), "kernel size 33"),
+    (lambda d: d.update(candidates=["k3_e5000"]), "expands"),
+    (lambda d: (d["input"].update(resolution=4096), d["stem"].update(channels=16384)),
+     "feature map"),
+])
+def test_oversized_spaces_are_refused_on_reading(tmp_path, space, change, message):
+    raw = copy.deepcopy(space.raw)
+    change(raw)
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    started = time.monotonic()
+    assert_user_error(cli("profile", "--space", path, "--out", tmp_path / "t.json"), message)
+    _fast(started)
+    assert not (tmp_path / "t.json").exists()
