@@ -44,6 +44,57 @@ def _fast(started, limit=1.0):
     assert time.monotonic() - started < limit
 
 
+# --------------------------------------------------------------------------- lookup tables
+
+
+def test_table_whose_space_is_a_string(tmp_path, tiny_lut_data, space):
+    bad = _table(tmp_path, tiny_lut_data, "bad.json", lambda d: d.update(space="tiny"))
+    assert_user_error(cli("show-lut", bad), "bad.json", "space must be an object")
+    run = make_run(tmp_path, space, bad)
+    assert_user_error(cli("sample", run, "--hard"), "space must be an object")
+
+
+def test_table_without_environment_is_refused_by_every_command(tmp_path, tiny_lut_data, space):
+    gone = _table(tmp_path, tiny_lut_data, "gone.json", lambda d: d.pop("environment"))
+    assert_user_error(cli("show-lut", gone), "'environment'")
+    empty = _table(tmp_path, tiny_lut_data, "empty.json", lambda d: d.update(environment={}))
+    assert_user_error(cli("show-lut", empty), "environment lacks 'threads'")
+    arch = _arch(tmp_path, space, empty)
+    assert_user_error(cli("summary", arch), "environment lacks 'threads'")
+    assert_user_error(cli("train", "--config", "tiny", "--lut", empty, "--out", tmp_path / "run",
+                          "--data-dir", tmp_path / "no-data"), "environment lacks 'threads'")
+    # the machine's name is optional: a table without it shows '?'
+    nocpu = _table(tmp_path, tiny_lut_data, "nocpu.json",
+                   lambda d: d["environment"].pop("cpu"))
+    r = cli("show-lut", nocpu)
+    assert r.exit_code == 0, r.output
+    assert "measured" in r.stdout and " on ? " in r.stdout
+
+
+def test_string_batch_is_refused_by_every_command(tmp_path, tiny_lut_data, space):
+    bad = _table(tmp_path, tiny_lut_data, "bad.json",
+                 lambda d: d["protocol"].update(batch="one"))
+    arch = _arch(tmp_path, space, bad)
+    for args in (["show-lut", bad], ["summary", arch], ["latency", arch, "--rounds", 1],
+                 ["train", "--config", "tiny", "--lut", bad, "--out", tmp_path / "run",
+                  "--data-dir", tmp_path / "no-data"]):
+        started = time.monotonic()
+        assert_user_error(cli(*args), "protocol.batch must be a positive integer, got 'one'")
+        _fast(started)
+
+
+@pytest.mark.parametrize("where,change,message", [
+    ("entry", lambda d: next(iter(d["entries"].values())).update(c_in="8"), ".c_in must be"),
+    ("layer", lambda d: d["layers"][1].pop("stride"), "layer 1 lacks 'stride'"),
+    ("fixed", lambda d: d.update(fixed=["stem", "head"]), "'fixed' must be"),
+    ("definition", lambda d: d["space"]["definition"]["stem"].update(channels=0),
+     "its space definition is invalid"),
+])
+def test_damaged_table_sections_name_the_field(tmp_path, tiny_lut_data, where, change, message):
+    bad = _table(tmp_path, tiny_lut_data, f"{where}.json", change)
+    assert_user_error(cli("show-lut", bad), message)
+
+
 # --------------------------------------------------------------------------- size limits
 
 
