@@ -137,3 +137,103 @@ def test_oversized_spaces_are_refused_on_reading(tmp_path, space, change, messag
     assert_user_error(cli("profile", "--space", path, "--out", tmp_path / "t.json"), message)
     _fast(started)
     assert not (tmp_path / "t.json").exists()
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _resumable(tmp_path, tiny_lut_file, space, theta=None):
+    """A run folder whose search checkpoint passes every check up to resuming its weights."""
+    cfg = load_config("tiny", [f"lut={tiny_lut_file}", f"data.dir={tmp_path / 'no-data'}"])
+    theta = theta if theta is not None else peaked_theta(space, HARD)
+    model = {f"layers.{i}.theta": t.clone() for i, t in enumerate(theta)}
+    model["stem.0.weight"] = torch.zeros(space.stem_channels, 3, 3, 3)
+    return make_run(tmp_path, space, tiny_lut_file, theta=theta, config=cfg.to_dict(),
+                    model=model, lut_hash=file_hash(tiny_lut_file))
+
+
+def _resume(run):
+    return cli("train", "--out", run, "--resume")
+
+
+def test_resume_from_checkpoint_lacking_theta(tmp_path, tiny_lut_file, space):
+    run = _resumable(tmp_path, tiny_lut_file, space)
+    path = run / "checkpoints" / "last.pt"
+    ck = torch.load(path, weights_only=True)
+    ck["model"] = {k: v for k, v in ck["model"].items() if not k.endswith("theta")}
+    torch.save(ck, path)
+    started = time.monotonic()
+    assert_user_error(_resume(run), "cannot resume", "lack theta (0 of 4 layers", "--force")
+    _fast(started)
+    del ck["theta"]
+    torch.save(ck, path)
+    assert_user_error(_resume(run), "lacks 'theta'")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_theta_is_refused(tmp_path, tiny_lut_file, space, value):
+    theta = peaked_theta(space, HARD)
+    theta[2][1] = value
+    run = make_run(tmp_path, space, tiny_lut_file, theta=theta)
+    fix = "theta of layer 2 is not finite; the search diverged"
+    assert_user_error(cli("sample", run, "--hard"), fix, "optim.theta.lr")
+    assert not (run / "arch.json").exists()
+    resumable = _resumable(tmp_path / "r", tiny_lut_file, space, theta=theta)
+    assert_user_error(_resume(resumable), "cannot resume", fix)
+
+
+def test_finished_run_with_non_finite_weights_is_not_resumed(tmp_path, tiny_lut_file, space):
+    run = _resumable(tmp_path, tiny_lut_file, space)
+    path = run / "checkpoints" / "last.pt"
+    ck = torch.load(path, weights_only=True)
+    ck["epoch"] = 99  # finished: resuming would only report
+    ck["model"]["stem.0.weight"][0, 0, 0, 0] = float("nan")
+    torch.save(ck, path)
+    assert_user_error(_resume(run), "cannot resume", "weights are not finite", "stem.0.weight")
+
+
+def test_export_refuses_non_finite_weights(tmp_path, space, tiny_lut_file):
+    from fbnas.model import Network
+
+    arch = _arch(tmp_path, space, tiny_lut_file)
+    state = Network(read_json(arch, "arch")).state_dict()
+    state["head.fc.weight"][0, 0] = float("inf")
+    torch.save(state, tmp_path / "w.pt")
+    assert_user_error(cli("export", arch, "--weights", tmp_path / "w.pt", "--format", "pt2",
+                          "--out", tmp_path / "m.pt2"), "head.fc.weight", "not finite")
+    assert not (tmp_path / "m.pt2").exists()
+
+
+class _Mkdir:
+    """Unpickled, this would create a folder: harmless, and visible if it ever ran."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
+
+
+class _Print:
+    def __reduce__(self):
+        return (print, ("code from the checkpoint ran",))
+
+
+def test_crafted_pickle_is_refused_by_name_and_never_runs(tmp_path, space, tiny_lut_file,
+                                                          capfd):
+    marker = tmp_path / "ran"
+    arch = _arch(tmp_path, space, tiny_lut_file)
+    for payload, named in ((_Print(), "GLOBAL print"),
+                           (_Mkdir(marker), f"GLOBAL {os.mkdir.__module__}.mkdir")):
+        evil = tmp_path / "evil.pt"
+        torch.save({"format": "fbnas.checkpoint/1", "kind": "search", "x": payload}, evil)
+        raw = tmp_path / "raw.pt"
+        raw.write_bytes(pickle.dumps(payload, protocol=2))
+        for path in (evil, raw):
+            assert_user_error(cli("sample", path), f"checkpoint {path}", named, "weights-only",
+                              "ran nothing")
+        assert_user_error(cli("export", arch, "--weights", evil, "--format", "pt2", "--out",
+                              tmp_path / "m.pt2"), named)
+    assert not marker.exists()
+    out, err = capfd.readouterr()
+    assert "code from the checkpoint ran" not in out + err
