@@ -237,3 +237,53 @@ def test_crafted_pickle_is_refused_by_name_and_never_runs(tmp_path, space, tiny_
     assert not marker.exists()
     out, err = capfd.readouterr()
     assert "code from the checkpoint ran" not in out + err
+
+
+# --------------------------------------------------------------------------- output paths
+
+
+def test_outputs_under_a_file_fail_before_any_work(tmp_path, tiny_lut_file, space, monkeypatch):
+    import fbnas.lut
+
+    def no_profiling(*a, **k):
+        raise AssertionError("profiled before checking --out")
+
+    monkeypatch.setattr(fbnas.lut, "profile_space", no_profiling)
+    (tmp_path / "file").write_text("x")
+    under = tmp_path / "file" / "sub"
+    started = time.monotonic()
+    assert_user_error(cli("profile", "--space", "tiny", "--out", under / "t.json"),
+                      "is a file, not a folder", "pick another --out")
+    _fast(started)
+    run = make_run(tmp_path, space, tiny_lut_file)
+    assert_user_error(cli("sample", run, "--hard", "--out", under / "a.json"),
+                      "is a file, not a folder")
+    arch = _arch(tmp_path, space, tiny_lut_file)
+    assert_user_error(cli("export", arch, "--random-weights", "--format", "pt2", "--out",
+                          under / "m.pt2"), "is a file, not a folder")
+
+
+def test_unwritable_out_folder_fails_before_profiling(tmp_path, tiny_lut_file, monkeypatch):
+    import tempfile
+
+    import fbnas.lut
+
+    monkeypatch.setattr(fbnas.lut, "profile_space",
+                        lambda *a, **k: pytest.fail("profiled before checking --out"))
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real = tempfile.mkstemp
+
+    def refuse(*args, dir=None, **kwargs):  # a read-only folder, even for root
+        if dir is not None and os.path.samefile(dir, ro):
+            raise PermissionError(13, "Permission denied")
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    assert_user_error(cli("profile", "--space", "tiny", "--out", ro / "new" / "t.json"),
+                      f"folder {ro} does not accept new files (Permission denied)",
+                      "make the folder writable")
+    lut = ro / "t.json"
+    lut.write_text(tiny_lut_file.read_text())
+    assert_user_error(cli("calibrate", lut, "--networks", 5, "--fit", 3), "--dry-run")
+    assert "calibration" not in json.loads(lut.read_text())
