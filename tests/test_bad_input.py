@@ -287,3 +287,14 @@ def test_unwritable_out_folder_fails_before_profiling(tmp_path, tiny_lut_file, m
     lut.write_text(tiny_lut_file.read_text())
     assert_user_error(cli("calibrate", lut, "--networks", 5, "--fit", 3), "--dry-run")
     assert "calibration" not in json.loads(lut.read_text())
+
+
+# --------------------------------------------------------------------------- options
+
+
+def test_negative_seed_draws_like_any_other(tmp_path, space, tiny_lut_file):
+    run = make_run(tmp_path, space, tiny_lut_file)
+    r = cli("sample", run, "--num", 3, "--seed", -5)
+    assert r.exit_code == 0, r.output
+    assert any(n.startswith("search_seed-5_") for n in
+               read_json(run / "arch.json", "arch")["architectures"])
