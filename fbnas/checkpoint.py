@@ -10,6 +10,9 @@ kind of one-line error. A checkpoint is a dict ``{"format": CHECKPOINT_FORMAT, "
 
 from __future__ import annotations
 
+import pickle
+import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,11 +36,87 @@ def load_torch(path: str | Path) -> Any:
     if not path.is_file():
         raise FbnasError(f"checkpoint {path} does not exist")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns of odd pickle protocols before refusing
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        refused = _refused(str(e))
+        if refused is None:
+            raise FbnasError(f"cannot load checkpoint {path} (truncated or corrupted?): "
+                             f"{_first_line(e)}") from None
+        raise FbnasError(f"checkpoint {path} {refused}; fbnas loads only weights-only "
+                         "checkpoints, so it refused the file and ran nothing in it: use a "
+                         "checkpoint written by fbnas, or a state_dict saved with "
+                         "torch.save") from None
     except Exception as e:  # torch raises many types for corrupt, truncated or unsafe files
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise FbnasError(f"cannot load checkpoint {path} (truncated, corrupted or not a "
-                         f"torch file?): {first[:200]}") from None
+                         f"torch file?): {_first_line(e)}") from None
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else type(e).__name__
+
+
+def _refused(text: str) -> str | None:
+    """What torch's weights-only unpickler refused, in words read from its message (None if
+    it refused nothing): a Python global such as os.system, or a pickle instruction."""
+    if "weights only load failed" not in text.lower():
+        return None
+    m = re.search(r"GLOBAL ([\w.]+)", text)
+    if m:
+        return (f"holds a Python object that is not plain tensors/containers "
+                f"(GLOBAL {m.group(1)})")
+    m = re.search(r"Unsupported operand (\d+)", text)
+    if m:
+        return (f"is a pickle with an instruction weights-only loading does not run "
+                f"(operand {m.group(1)}; a plain pickle rather than a torch.save file?)")
+    return "holds something weights-only loading does not allow"
+
+
+def check_finite_weights(state: Any, where: str, fix: str) -> None:
+    """Refuse weights holding NaN or inf: a diverged or damaged run, never a result."""
+    import torch
+
+    if not isinstance(state, dict):
+        return
+    bad = [k for k, v in state.items() if isinstance(v, torch.Tensor)
+           and v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise FbnasError(f"{where}: its weights are not finite ({len(bad)} tensor(s) hold NaN "
+                         f"or inf, e.g. {bad[0]}); {fix}")
+
+
+def check_theta(index: int, t: Any, where: str) -> None:
+    """Refuse a layer's theta holding NaN or inf."""
+    import torch
+
+    if isinstance(t, torch.Tensor) and not bool(torch.isfinite(t).all()):
+        raise FbnasError(f"{where}: theta of layer {index} is not finite; the search diverged "
+                         "- resume from an earlier checkpoint or rerun with a lower "
+                         "optim.theta.lr")
+
+
+def check_resumable(ck: dict, where: str) -> None:
+    """Refuse to continue from a checkpoint with non-finite weights, or (for a search) one
+    lacking theta, before anything is built from it."""
+    fix = "resume from an earlier checkpoint, or start over with --force"
+    where = f"cannot resume from {where}"
+    if not isinstance(ck.get("model"), dict):
+        raise FbnasError(f"{where}: it lacks the model weights (truncated or not written by "
+                         f"fbnas?); {fix}")
+    if ck.get("kind") == "search":
+        theta = ck.get("theta")
+        if not isinstance(theta, (list, tuple)) or not theta:
+            raise FbnasError(f"{where}: it lacks 'theta' (truncated or not written by fbnas "
+                             f"train?); {fix}")
+        for i, t in enumerate(theta):
+            check_theta(i, t, where)
+        held = sum(1 for k in ck["model"] if k.rsplit(".", 1)[-1] == "theta")
+        if held < len(theta):
+            raise FbnasError(f"{where}: its model weights lack theta ({held} of {len(theta)} "
+                             f"layers hold one; truncated or hand-edited?); {fix}")
+    check_finite_weights(ck["model"], where, fix)
 
 
 def save_checkpoint(state: dict, path: str | Path) -> None:
@@ -81,7 +160,12 @@ def load_checkpoint(path: str | Path, kind: str | None = None, fix: str = "") ->
     if kind is not None and ck.get("kind") != kind:
         raise FbnasError(f"{where} is a {ck.get('kind')!r} checkpoint, not a {kind} "
                          f"checkpoint{'; ' + fix if fix else ''}")
+    if not isinstance(ck.get("config"), dict):
+        raise FbnasError(f"{where} lacks its run's 'config' (truncated or hand-edited?)")
     return ck
+
+
+_UNUSABLE = "the training diverged or the file is damaged; use an earlier checkpoint"
 
 
 def load_weights_file(path: str | Path) -> tuple[dict, dict | None]:
@@ -101,8 +185,10 @@ def load_weights_file(path: str | Path) -> tuple[dict, dict | None]:
                 or not isinstance(obj.get("model"), dict):
             raise FbnasError(f"checkpoint {path} is not a model checkpoint (want kind 'model' "
                              "with 'definition' and 'model')")
+        check_finite_weights(obj["model"], f"checkpoint {path}", _UNUSABLE)
         return obj["model"], obj["definition"]
     if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        check_finite_weights(obj, f"checkpoint {path}", _UNUSABLE)
         return obj, None
     raise FbnasError(f"{path} is neither an fbnas model checkpoint nor a state_dict of the "
                      "network")
@@ -151,10 +237,8 @@ def load_search_checkpoint(path: str | Path) -> SearchCheckpoint:
         if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.numel() != len(layer.candidates):
             raise FbnasError(f"{where}: theta of layer {layer.index} must be a 1-D tensor of "
                              f"{len(layer.candidates)} values (one per candidate)")
+        check_theta(layer.index, t, where)
         v = t.detach().double().numpy()
-        if not np.all(np.isfinite(v)):
-            raise FbnasError(f"{where}: theta of layer {layer.index} is not finite (the search "
-                             "diverged); sample from an earlier checkpoint")
         e = np.exp(v - v.max())
         probs.append(e / e.sum())
     epoch = ck.get("epoch")

@@ -88,7 +88,7 @@ def profile(space_name, out, runtime, threads, batch, rounds, extra_time, block_
     Example:
       fbnas profile --space fbnet_cifar --out lookup_tables/fbnet_cifar_ort.json --threads 1
     """
-    from fbnas.io import refuse_overwrite
+    from fbnas.io import check_writable, refuse_overwrite
     from fbnas.lut import LUT, profile_space, save_lut
     from fbnas.runtimes import make_runtime
     from fbnas.space import load_space
@@ -97,6 +97,7 @@ def profile(space_name, out, runtime, threads, batch, rounds, extra_time, block_
         raise UsageError("--check needs at least 5 networks (2 of every 5 fit, the rest test)")
     space = load_space(space_name)
     refuse_overwrite(out, force)
+    check_writable(out)  # before minutes of profiling, not after
     rt = make_runtime(runtime, threads)  # shared with --check, which re-times the entries
     data = profile_space(space, threads=threads, batch=batch, rounds=rounds,
                          extra_time=extra_time, block_time=block_time, seed=seed,
@@ -146,7 +147,7 @@ def calibrate(lut_path, networks, fit, seed, rounds, block_time, runtime, dry_ru
       fbnas calibrate lookup_tables/fbnet_cifar_ort.json --networks 50 --fit 20
     """
     from fbnas.fidelity import calibrate_lut
-    from fbnas.io import write_json
+    from fbnas.io import check_writable, write_json
     from fbnas.lut import load_lut
 
     lut = load_lut(lut_path)
@@ -156,6 +157,8 @@ def calibrate(lut_path, networks, fit, seed, rounds, block_time, runtime, dry_ru
                          "or --dry-run to only report")
     if fit >= networks:
         raise FbnasError(f"--fit ({fit}) must be smaller than --networks ({networks})")
+    if not dry_run:
+        check_writable(lut_path, "LUT (or --dry-run)")
     report = calibrate_lut(lut, networks=networks, fit=fit, seed=seed, rounds=rounds,
                            block_time=block_time, runtime=runtime)
     click.echo(report.text())
@@ -375,6 +378,7 @@ def sample(source, hard, num, seed, name, out, lut_path, force):
     """
     from fbnas.checkpoint import load_search_checkpoint
     from fbnas.definition import add_architectures
+    from fbnas.io import check_writable
     from fbnas.matching import resolve_lut
     from fbnas.reports import format_entry, format_ranked
     from fbnas.sampling import sample_architectures
@@ -383,9 +387,10 @@ def sample(source, hard, num, seed, name, out, lut_path, force):
     if hard and num > 1:
         raise UsageError("--num draws from softmax(theta); --hard gives one architecture")
     ck = load_search_checkpoint(source)
+    out = out or ck.run_dir / "arch.json"
+    check_writable(out)
     lut = resolve_lut(ck, lut_path)
     entries = sample_architectures(ck, lut, hard, num=num, seed=seed, name=name)
-    out = out or ck.run_dir / "arch.json"
     add_architectures(out, entries, force=force)
     if len(entries) == 1:
         click.echo(format_entry(entries[0], lut))
@@ -497,12 +502,14 @@ def export(arch_path, name, weights, random_weights, fmt, out, seed, force):
     from fbnas.definition import build_model
     from fbnas.errors import UsageError
     from fbnas.export import export_model, load_weights, require_onnx
+    from fbnas.io import check_writable
 
     if (weights is None) == (not random_weights):
         raise UsageError("pass --weights CKPT, or --random-weights to export an untrained "
                          "network")
     if fmt == "onnx":
         require_onnx()
+    check_writable(out)
     torch.manual_seed(seed)
     model = build_model(arch_path, name)
     what = load_weights(model, weights) if weights else f"random weights (seed {seed})"

@@ -37,6 +37,29 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
             tmp_path.unlink()
 
 
+def check_writable(path: str | Path, option: str = "--out") -> None:
+    """Refuse, before any work, an output path that cannot be written: its nearest existing
+    ancestor must be a folder that accepts a new file (probed by creating and removing one,
+    which also catches read-only mounts and /proc, where permission bits say nothing)."""
+    path = Path(path)
+    if path.is_dir():
+        raise FbnasError(f"{option} {path} is a folder; give a file path")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise FbnasError(f"cannot write {path}: {folder} is a file, not a folder; pick another "
+                         f"{option}")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".fbnas-write-test.", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise FbnasError(f"cannot write {path}: folder {folder} does not accept new files "
+                         f"({e.strerror}); pick another {option} or make the folder "
+                         "writable") from None
+
+
 def write_json(path: str | Path, data: Any) -> None:
     """Write ``data`` as indented JSON, atomically."""
     text = json.dumps(data, indent=1, sort_keys=False) + "\n"

@@ -224,6 +224,30 @@ def _positive(value: Any, allow_zero: bool) -> bool:
     return math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
 
 
+def _count(value: Any, low: int = 1) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= low
+
+
+#: the fields a table's sections must hold: (field, check, what the check wants)
+_TEXT = (lambda v: isinstance(v, str), "a string")
+_POSITIVE = (_count, "a positive integer")
+_INDEX = (lambda v: _count(v, 0), "an integer >= 0")
+_OBJECT = (lambda v: isinstance(v, dict), "an object")
+_NUMBER = (lambda v: _positive(v, allow_zero=True), "a finite number >= 0")
+_REQUIRED = {
+    "space": {"name": _TEXT, "hash": _TEXT, "definition": _OBJECT},
+    "environment": {"threads": _POSITIVE},
+    "protocol": {"batch": _POSITIVE},
+    "entry": {"kind": _TEXT, "op": _TEXT, "c_in": _POSITIVE, "c_out": _POSITIVE,
+              "stride": _POSITIVE, "h": _POSITIVE, "w": _POSITIVE, "batch": _POSITIVE},
+    "layer": {"index": _INDEX, "c_in": _POSITIVE, "c_out": _POSITIVE, "stride": _POSITIVE,
+              "h": _POSITIVE, "w": _POSITIVE, "candidates": _OBJECT},
+}
+_OPTIONAL = {"environment": {"cpu": _TEXT, "machine": _TEXT},
+            "protocol": {"dtype": _TEXT, "runtime": _TEXT, "runtime_settings": _OBJECT,
+                         "profile_seconds": _NUMBER}}
+
+
 class LUT:
     """A loaded, validated lookup table."""
 
@@ -246,12 +270,16 @@ class LUT:
         for key in ("space", "environment", "protocol", "entries", "layers", "fixed"):
             if key not in d:
                 raise self._err(f"missing the '{key}' section (truncated or hand-edited?)")
+        for key in ("space", "environment", "protocol"):
+            self._check_fields(d[key], key, key)
+        if not isinstance(d.get("created", ""), str):
+            raise self._err("'created' must be a string (a date)")
         entries = d["entries"]
-        if not isinstance(entries, dict) or not isinstance(d["layers"], list):
-            raise self._err("'entries' must be an object and 'layers' a list")
+        if not isinstance(entries, dict) or not isinstance(d["layers"], list) \
+                or not isinstance(d["fixed"], dict):
+            raise self._err("'entries' and 'fixed' must be objects and 'layers' a list")
         for key, e in entries.items():
-            if not isinstance(e, dict):
-                raise self._err(f"entry {key} is not an object")
+            self._check_fields(e, "entry", f"entry {key}")
             for field in ("median", "iqr", "min", "runs", "flops", "params"):
                 ok = _positive(e.get(field), allow_zero=field not in ("median", "min", "runs"))
                 if not ok:
@@ -261,6 +289,7 @@ class LUT:
             cands = layer.get("candidates") if isinstance(layer, dict) else None
             if not isinstance(cands, dict) or not cands:
                 raise self._err(f"layer {li} has no candidates")
+            self._check_fields(layer, "layer", f"layer {li}")
             for op, key in cands.items():
                 if key not in entries:
                     raise self._err(f"layer {li} candidate {op} points at missing entry {key}")
@@ -276,6 +305,24 @@ class LUT:
             if not (isinstance(cal, dict) and _positive(cal.get("a"), False)
                     and isinstance(cal.get("b"), (int, float)) and math.isfinite(cal["b"])):
                 raise self._err("calibration must hold a positive 'a' and a finite 'b'")
+        try:
+            self._space = SearchSpace.from_dict(d["space"]["definition"])
+        except FbnasError as e:
+            raise self._err(f"its space definition is invalid: {e}") from None
+
+    def _check_fields(self, value: Any, kind: str, where: str) -> None:
+        """Refuse a section (or entry, or layer) lacking a field, or holding a wrong type."""
+        if not isinstance(value, dict):
+            raise self._err(f"{where} must be an object, got {type(value).__name__}")
+        for field, (ok, want) in _REQUIRED.get(kind, {}).items():
+            if field not in value:
+                raise self._err(f"{where} lacks '{field}' (truncated or hand-edited?); re-run "
+                                "fbnas profile")
+            if not ok(value[field]):
+                raise self._err(f"{where}.{field} must be {want}, got {value[field]!r}")
+        for field, (ok, want) in _OPTIONAL.get(kind, {}).items():
+            if field in value and not ok(value[field]):
+                raise self._err(f"{where}.{field} must be {want}, got {value[field]!r}")
 
     @property
     def space_hash(self) -> str:
@@ -332,7 +379,7 @@ class LUT:
 
     def space(self) -> SearchSpace:
         """The space the table was profiled for, rebuilt from the copy stored in the table."""
-        return SearchSpace.from_dict(self.data["space"]["definition"])
+        return self._space
 
     def check_space(self, space: SearchSpace) -> None:
         """Refuse a table profiled for a different space, or one missing any layer x candidate."""
@@ -393,13 +440,15 @@ class LUT:
         lines = [
             f"lookup table for space {d['space']['name']} (hash {self.space_hash}), "
             f"{len(d['layers'])} layers, {len(entries)} distinct entries",
-            f"measured {d['created']} on {env['cpu']} ({env['machine']}), {env['threads']} "
-            f"thread(s), {self.runtime_text()}, batch {prot['batch']}, {prot['dtype']}",
+            f"measured {d.get('created', '?')} on {env.get('cpu', '?')} "
+            f"({env.get('machine', '?')}), {env['threads']} thread(s), {self.runtime_text()}, "
+            f"batch {prot['batch']}, {prot.get('dtype', '?')}",
             f"entry medians {min(meds):.1f} .. {max(meds):.1f} us; median IQR/median "
             f"{100 * rel[len(rel) // 2]:.1f}%",
         ]
         if "profile_seconds" in prot:
             export = prot.get("runtime_settings", {}).get("export_seconds")
+            export = export if _positive(export, allow_zero=True) else None
             lines.append(f"profiling took {prot['profile_seconds']:.0f} s" + (
                 f" after {export:.0f} s exporting to ONNX" if export is not None else ""))
         cands = self.layer_candidates()

@@ -8,16 +8,18 @@ import torch
 from torch import nn
 
 from fbnas.errors import FbnasError
-from fbnas.ops import build_op, check_op_fits, conv_bn
+from fbnas.limits import (MAX_CHANNELS, MAX_CLASSES, MAX_KERNEL, MAX_LAYERS, MAX_RESOLUTION,
+                          at_most, check_map, check_weights)
+from fbnas.ops import build_op, check_op_fits, conv_bn, op_width, out_size
 
 
-def _field_int(d: Any, key: str, where: str) -> int:
+def _field_int(d: Any, key: str, where: str, limit: int = MAX_CHANNELS) -> int:
     if not isinstance(d, dict) or key not in d:
         raise FbnasError(f"model definition: {where} is missing '{key}'")
     v = d[key]
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise FbnasError(f"model definition: {where}.{key} must be a positive integer, got {v!r}")
-    return v
+    return at_most(v, limit, f"model definition: {where}.{key}")
 
 
 def validate_definition(defn: Any) -> None:
@@ -27,14 +29,20 @@ def validate_definition(defn: Any) -> None:
     for key in ("input", "stem", "blocks", "head"):
         if key not in defn:
             raise FbnasError(f"model definition is missing '{key}'")
-    _field_int(defn["input"], "channels", "input")
-    _field_int(defn["input"], "resolution", "input")
+    c_img = _field_int(defn["input"], "channels", "input")
+    h = _field_int(defn["input"], "resolution", "input", MAX_RESOLUTION)
     c = _field_int(defn["stem"], "channels", "stem")
-    _field_int(defn["stem"], "kernel", "stem")
-    _field_int(defn["stem"], "stride", "stem")
+    k = _field_int(defn["stem"], "kernel", "stem", MAX_KERNEL)
+    if k % 2 == 0:
+        raise FbnasError(f"model definition: stem.kernel must be odd (the output size assumes "
+                         f"padding K // 2), got {k}")
+    h = out_size(h, _field_int(defn["stem"], "stride", "stem"))
+    check_weights(c_img * c * k * k, "model definition: stem")
+    check_map(c, h, h, "model definition: stem")
     blocks = defn["blocks"]
     if not isinstance(blocks, list) or not blocks:
         raise FbnasError("model definition: blocks must be a non-empty list")
+    at_most(len(blocks), MAX_LAYERS, "model definition: the number of blocks")
     for i, b in enumerate(blocks):
         where = f"blocks[{i}]"
         c_in = _field_int(b, "c_in", where)
@@ -47,11 +55,13 @@ def validate_definition(defn: Any) -> None:
             raise FbnasError(f"model definition: {where} is missing 'op'")
         try:
             check_op_fits(b["op"], c_in, c_out, stride)
+            check_map(op_width(b["op"], c_in, c_out), h, h, f"op {b['op']!r}")
         except FbnasError as e:
             raise FbnasError(f"model definition: {where}: {e}") from None
-        c = c_out
-    _field_int(defn["head"], "channels", "head")
-    _field_int(defn["head"], "classes", "head")
+        c, h = c_out, out_size(h, stride)
+    hc = _field_int(defn["head"], "channels", "head")
+    classes = _field_int(defn["head"], "classes", "head", MAX_CLASSES)
+    check_weights(hc * classes, "model definition: head")
 
 
 class Stem(nn.Sequential):

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from fbnas.errors import FbnasError
+from fbnas.limits import MAX_CHANNELS, MAX_KERNEL, check_weights
 
 SUPPORTED_STRIDES = (1, 2)
 #: the module structures :mod:`fbnas.fused` folds; any other op runs as is in a fused forward
@@ -127,7 +128,10 @@ def parse_op(name: str) -> OpSpec:
     for family in OPS.values():
         m = family.pattern.fullmatch(name)
         if m:
-            return OpSpec(name, family, family.params(name, m))
+            try:
+                return OpSpec(name, family, family.params(name, m))
+            except ValueError:  # a number too long for int()
+                raise FbnasError(f"op {name[:40]!r}...: a number in it is too long") from None
     raise FbnasError(f"unknown op {name!r}: expected {grammar()}")
 
 
@@ -138,8 +142,16 @@ def check_op_fits(name: str, c_in: int, c_out: int, stride: int) -> None:
         raise FbnasError(f"stride {stride} is not supported; use one of {SUPPORTED_STRIDES}")
     if c_in < 1 or c_out < 1:
         raise FbnasError(f"op {name!r}: channels must be positive, got {c_in} -> {c_out}")
+    if max(c_in, c_out) > MAX_CHANNELS:
+        raise FbnasError(f"op {name!r}: {c_in} -> {c_out} channels is above fbnas's limit of "
+                         f"{MAX_CHANNELS}")
     if spec.family.fits is not None:
         spec.family.fits(spec, c_in, c_out, stride)
+
+
+def op_width(name: str, c_in: int, c_out: int) -> int:
+    """The widest feature map inside op ``name``, in channels (an expansion widens it)."""
+    return max(c_in, c_out, c_in * (parse_op(name).expansion or 1))
 
 
 def build_op(name: str, c_in: int, c_out: int, stride: int) -> nn.Module:
@@ -222,6 +234,8 @@ def _block_params(name: str, m: re.Match) -> dict:
     g = int(m["groups"]) if m["groups"] else 1
     if k < 1 or k % 2 == 0:
         raise FbnasError(f"op {name!r}: kernel size must be odd and positive, got {k}")
+    if k > MAX_KERNEL:
+        raise FbnasError(f"op {name!r}: kernel size {k} is above fbnas's limit of {MAX_KERNEL}")
     if e < 1:
         raise FbnasError(f"op {name!r}: expansion must be at least 1, got {e}")
     if g < 1:
@@ -230,7 +244,11 @@ def _block_params(name: str, m: re.Match) -> dict:
 
 
 def _block_fits(spec: OpSpec, c_in: int, c_out: int, stride: int) -> None:
-    g = spec.groups
+    g, mid = spec.groups, c_in * spec.expansion
+    if mid > MAX_CHANNELS:
+        raise FbnasError(f"op {spec.name!r} expands {c_in} channels to {mid}, above fbnas's "
+                         f"limit of {MAX_CHANNELS}; use a smaller expansion")
+    check_weights(mid * (c_in // g + spec.kernel ** 2 + c_out // g), f"op {spec.name!r}")
     if g > 1 and (c_in % g or c_out % g):
         raise FbnasError(
             f"op {spec.name!r} needs channels divisible by its {g} groups, got {c_in} -> "

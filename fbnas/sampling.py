@@ -52,7 +52,7 @@ def hard_ops(space: SearchSpace, probs: list[np.ndarray]) -> list[str]:
 def draw_ops(space: SearchSpace, probs: list[np.ndarray], num: int,
              seed: int) -> list[list[str]]:
     """``num`` architectures, each layer drawn from softmax(theta); draw i depends on seed only."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed % 2 ** 64)  # numpy takes no negative seeds; torch does
     return [[layer.candidates[int(rng.choice(len(p), p=p))]
              for layer, p in zip(space.layers, probs)] for _ in range(num)]
 

@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
+from fbnas.checkpoint import check_resumable
 from fbnas.config import Config
 from fbnas.data import BatchLoader
 from fbnas.errors import FbnasError
@@ -87,6 +88,7 @@ class Search(Trainer):
         return named
 
     def check_resume(self, ckpt: dict) -> None:
+        check_resumable(ckpt, f"checkpoint {self.paths.last}")
         if ckpt.get("space_hash") != self.space.hash:
             raise FbnasError(f"cannot resume: the run searched a different space "
                              f"({ckpt['space']['name']}, hash {ckpt.get('space_hash')}) than "

@@ -12,7 +12,9 @@ from typing import Any
 import yaml
 
 from fbnas.errors import FbnasError
-from fbnas.ops import SUPPORTED_STRIDES, check_op_fits, out_size
+from fbnas.limits import (MAX_CHANNELS, MAX_CLASSES, MAX_KERNEL, MAX_LAYERS, MAX_RESOLUTION,
+                          at_most, check_map, check_weights)
+from fbnas.ops import SUPPORTED_STRIDES, check_op_fits, op_width, out_size
 from fbnas.resources import bundled, names_a_file
 
 
@@ -34,10 +36,10 @@ class Layer:
         return out_size(self.h, self.stride), out_size(self.w, self.stride)
 
 
-def _pos_int(value: Any, field: str) -> int:
+def _pos_int(value: Any, field: str, limit: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise FbnasError(f"space field {field} must be a positive integer, got {value!r}")
-    return value
+    return value if limit is None else at_most(value, limit, f"space field {field}")
 
 
 def _mapping(value: Any, field: str) -> dict:
@@ -72,13 +74,16 @@ class SearchSpace:
 
         inp = _mapping(d["input"], "input")
         _no_unknown(inp, {"channels", "resolution"}, "input")
-        self.in_channels = _pos_int(inp.get("channels"), "input.channels")
-        self.resolution = _pos_int(inp.get("resolution"), "input.resolution")
+        self.in_channels = _pos_int(inp.get("channels"), "input.channels", MAX_CHANNELS)
+        self.resolution = _pos_int(inp.get("resolution"), "input.resolution", MAX_RESOLUTION)
 
         stem = _mapping(d["stem"], "stem")
         _no_unknown(stem, {"channels", "kernel", "stride"}, "stem")
-        self.stem_channels = _pos_int(stem.get("channels"), "stem.channels")
-        self.stem_kernel = _pos_int(stem.get("kernel", 3), "stem.kernel")
+        self.stem_channels = _pos_int(stem.get("channels"), "stem.channels", MAX_CHANNELS)
+        self.stem_kernel = _pos_int(stem.get("kernel", 3), "stem.kernel", MAX_KERNEL)
+        if self.stem_kernel % 2 == 0:
+            raise FbnasError(f"space field stem.kernel must be odd (the output size assumes "
+                             f"padding K // 2), got {self.stem_kernel}")
         self.stem_stride = _pos_int(stem.get("stride", 1), "stem.stride")
         if self.stem_stride not in SUPPORTED_STRIDES:
             raise FbnasError(f"space field stem.stride must be one of {SUPPORTED_STRIDES}, "
@@ -86,8 +91,9 @@ class SearchSpace:
 
         head = _mapping(d["head"], "head")
         _no_unknown(head, {"channels", "classes"}, "head")
-        self.head_channels = _pos_int(head.get("channels"), "head.channels")
-        self.num_classes = _pos_int(head.get("classes"), "head.classes")
+        self.head_channels = _pos_int(head.get("channels"), "head.channels", MAX_CHANNELS)
+        self.num_classes = _pos_int(head.get("classes"), "head.classes", MAX_CLASSES)
+        check_weights(self.head_channels * self.num_classes, "space field head")
 
         cands = d["candidates"]
         if not isinstance(cands, list) or not cands:
@@ -99,15 +105,22 @@ class SearchSpace:
         if not isinstance(stages, list) or not stages:
             raise FbnasError("space field stages must be a non-empty list")
 
+        check_weights(self.in_channels * self.stem_channels * self.stem_kernel ** 2,
+                      "space field stem")
         h = w = out_size(self.resolution, self.stem_stride)
+        check_map(self.stem_channels, h, w, "space field stem")
         c = self.stem_channels
         layers: list[Layer] = []
         for si, st in enumerate(stages):
             field = f"stages[{si}]"
             st = _mapping(st, field)
             _no_unknown(st, {"channels", "blocks", "stride", "candidates"}, field)
-            c_out = _pos_int(st.get("channels"), f"{field}.channels")
+            c_out = _pos_int(st.get("channels"), f"{field}.channels", MAX_CHANNELS)
             blocks = _pos_int(st.get("blocks"), f"{field}.blocks")
+            if len(layers) + blocks > MAX_LAYERS:
+                raise FbnasError(f"space field {field}.blocks: the space would have "
+                                 f"{len(layers) + blocks} searchable layers, above fbnas's "
+                                 f"limit of {MAX_LAYERS}")
             first_stride = _pos_int(st.get("stride", 1), f"{field}.stride")
             if first_stride not in SUPPORTED_STRIDES:
                 raise FbnasError(f"space field {field}.stride must be one of {SUPPORTED_STRIDES}, "
@@ -126,6 +139,7 @@ class SearchSpace:
                 for op in stage_cands:
                     try:
                         check_op_fits(op, c, c_out, stride)
+                        check_map(op_width(op, c, c_out), h, w, f"op {op!r}")
                     except FbnasError as e:
                         raise FbnasError(f"space field {field}.candidates: {e}") from None
                 layers.append(Layer(len(layers), si, c, c_out, stride, h, w, tuple(stage_cands)))

@@ -103,7 +103,9 @@ def load_lut_from_space(name):
         for spec in cand.values():
             entries[spec.key] = {**spec.fields(), "median": 1.0, "iqr": 0.0, "min": 1.0,
                                  "runs": 1, "flops": 1, "params": 0}
-        layers.append({"index": layer.index, "candidates": {op: s.key for op, s in cand.items()}})
+        layers.append({"index": layer.index, "c_in": layer.c_in, "c_out": layer.c_out,
+                       "stride": layer.stride, "h": layer.h, "w": layer.w,
+                       "candidates": {op: s.key for op, s in cand.items()}})
     fixed = fixed_entries(space, 1)
     for spec in fixed.values():
         entries[spec.key] = {**spec.fields(), "median": 1.0, "iqr": 0.0, "min": 1.0, "runs": 1,

@@ -1,0 +1,302 @@
+"""Bad input a new user may give each command: a one-line error, a non-zero exit, at once."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import pickle
+import time
+
+import pytest
+import torch
+import yaml
+
+from fbnas.config import load_config
+from fbnas.io import file_hash, read_json, write_json
+from fbnas.space import load_space
+from tests.test_arch import HARD, assert_user_error, cli, make_run, peaked_theta
+
+
+@pytest.fixture
+def space():
+    return load_space("tiny")
+
+
+def _table(tmp_path, tiny_lut_data, name, change):
+    data = copy.deepcopy(tiny_lut_data)
+    change(data)
+    path = tmp_path / name
+    write_json(path, data)
+    return path
+
+
+def _arch(tmp_path, space, lut_file, name="arch.json", change=None):
+    defn = space.definition(HARD, "hand")
+    defn["source"] = {"lut": str(lut_file)}
+    if change:
+        change(defn)
+    write_json(tmp_path / name, defn)
+    return tmp_path / name
+
+
+def _fast(started, limit=5.0):
+    """Refused at once: milliseconds when idle; the limit leaves room for a loaded CI machine
+    and is still far below the minutes of work (or the allocation) the check prevents."""
+    assert time.monotonic() - started < limit
+
+
+# --------------------------------------------------------------------------- lookup tables
+
+
+def test_table_whose_space_is_a_string(tmp_path, tiny_lut_data, space):
+    bad = _table(tmp_path, tiny_lut_data, "bad.json", lambda d: d.update(space="tiny"))
+    assert_user_error(cli("show-lut", bad), "bad.json", "space must be an object")
+    run = make_run(tmp_path, space, bad)
+    assert_user_error(cli("sample", run, "--hard"), "space must be an object")
+
+
+def test_table_without_environment_is_refused_by_every_command(tmp_path, tiny_lut_data, space):
+    gone = _table(tmp_path, tiny_lut_data, "gone.json", lambda d: d.pop("environment"))
+    assert_user_error(cli("show-lut", gone), "'environment'")
+    empty = _table(tmp_path, tiny_lut_data, "empty.json", lambda d: d.update(environment={}))
+    assert_user_error(cli("show-lut", empty), "environment lacks 'threads'")
+    arch = _arch(tmp_path, space, empty)
+    assert_user_error(cli("summary", arch), "environment lacks 'threads'")
+    assert_user_error(cli("train", "--config", "tiny", "--lut", empty, "--out", tmp_path / "run",
+                          "--data-dir", tmp_path / "no-data"), "environment lacks 'threads'")
+    # the machine's name is optional: a table without it shows '?'
+    nocpu = _table(tmp_path, tiny_lut_data, "nocpu.json",
+                   lambda d: d["environment"].pop("cpu"))
+    r = cli("show-lut", nocpu)
+    assert r.exit_code == 0, r.output
+    assert "measured" in r.stdout and " on ? " in r.stdout
+
+
+def test_string_batch_is_refused_by_every_command(tmp_path, tiny_lut_data, space):
+    bad = _table(tmp_path, tiny_lut_data, "bad.json",
+                 lambda d: d["protocol"].update(batch="one"))
+    arch = _arch(tmp_path, space, bad)
+    for args in (["show-lut", bad], ["summary", arch], ["latency", arch, "--rounds", 1],
+                 ["train", "--config", "tiny", "--lut", bad, "--out", tmp_path / "run",
+                  "--data-dir", tmp_path / "no-data"]):
+        started = time.monotonic()
+        assert_user_error(cli(*args), "protocol.batch must be a positive integer, got 'one'")
+        _fast(started)
+
+
+@pytest.mark.parametrize("where,change,message", [
+    ("entry", lambda d: next(iter(d["entries"].values())).update(c_in="8"), ".c_in must be"),
+    ("layer", lambda d: d["layers"][1].pop("stride"), "layer 1 lacks 'stride'"),
+    ("fixed", lambda d: d.update(fixed=["stem", "head"]), "'fixed' must be"),
+    ("definition", lambda d: d["space"]["definition"]["stem"].update(channels=0),
+     "its space definition is invalid"),
+])
+def test_damaged_table_sections_name_the_field(tmp_path, tiny_lut_data, where, change, message):
+    bad = _table(tmp_path, tiny_lut_data, f"{where}.json", change)
+    assert_user_error(cli("show-lut", bad), message)
+
+
+# --------------------------------------------------------------------------- size limits
+
+
+@pytest.mark.parametrize("field,change", [
+    ("stem.channels", lambda d: (d["stem"].update(channels=10 ** 6),
+                                 d["blocks"][0].update(c_in=10 ** 6))),
+    ("input.resolution", lambda d: d["input"].update(resolution=10 ** 9)),
+    ("stem.kernel", lambda d: d["stem"].update(kernel=10 ** 6 + 1)),
+    ("blocks[3].c_out", lambda d: d["blocks"][3].update(c_out=10 ** 6)),
+])
+@pytest.mark.parametrize("command", ["summary", "latency", "export"])
+def test_oversized_definitions_are_refused_on_reading(tmp_path, space, tiny_lut_file, field,
+                                                      change, command):
+    arch = _arch(tmp_path, space, tiny_lut_file, change=change)
+    extra = {"export": ["--random-weights", "--format", "pt2", "--out", tmp_path / "m.pt2"],
+             "latency": ["--rounds", 1]}.get(command, [])
+    started = time.monotonic()
+    assert_user_error(cli(command, arch, *extra), field, "above fbnas's limit")
+    _fast(started)
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda d: d["stem"].update(channels=10 ** 6), "stem.channels is 1000000"),
+    (lambda d: d["stages"][0].update(channels=20000), "stages[0].channels is 20000"),
+    (lambda d: d["input"].update(resolution=10 ** 9), "input.resolution is 1000000000"),
+    (lambda d: d["stem"].update(kernel=10 ** 6 + 1), "stem.kernel is 1000001"),
+    (lambda d: d["stem"].update(kernel=4), "stem.kernel must be odd"),
+    (lambda d: d["stages"][0].update(blocks=10 ** 6), "above fbnas's limit of 1000"),
+    (lambda d: d.update(candidates=["k33_e1"]), "kernel size 33"),
+    (lambda d: d.update(candidates=["k3_e5000"]), "expands"),
+    (lambda d: (d["input"].update(resolution=4096), d["stem"].update(channels=16384)),
+     "feature map"),
+])
+def test_oversized_spaces_are_refused_on_reading(tmp_path, space, change, message):
+    raw = copy.deepcopy(space.raw)
+    change(raw)
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    started = time.monotonic()
+    assert_user_error(cli("profile", "--space", path, "--out", tmp_path / "t.json"), message)
+    _fast(started)
+    assert not (tmp_path / "t.json").exists()
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _resumable(tmp_path, tiny_lut_file, space, theta=None):
+    """A run folder whose search checkpoint passes every check up to resuming its weights."""
+    cfg = load_config("tiny", [f"lut={tiny_lut_file}", f"data.dir={tmp_path / 'no-data'}"])
+    theta = theta if theta is not None else peaked_theta(space, HARD)
+    model = {f"layers.{i}.theta": t.clone() for i, t in enumerate(theta)}
+    model["stem.0.weight"] = torch.zeros(space.stem_channels, 3, 3, 3)
+    return make_run(tmp_path, space, tiny_lut_file, theta=theta, config=cfg.to_dict(),
+                    model=model, lut_hash=file_hash(tiny_lut_file))
+
+
+def _resume(run):
+    return cli("train", "--out", run, "--resume")
+
+
+def test_resume_from_checkpoint_lacking_theta(tmp_path, tiny_lut_file, space):
+    run = _resumable(tmp_path, tiny_lut_file, space)
+    path = run / "checkpoints" / "last.pt"
+    ck = torch.load(path, weights_only=True)
+    ck["model"] = {k: v for k, v in ck["model"].items() if not k.endswith("theta")}
+    torch.save(ck, path)
+    started = time.monotonic()
+    assert_user_error(_resume(run), "cannot resume", "lack theta (0 of 4 layers", "--force")
+    _fast(started)
+    del ck["theta"]
+    torch.save(ck, path)
+    assert_user_error(_resume(run), "lacks 'theta'")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_non_finite_theta_is_refused(tmp_path, tiny_lut_file, space, value):
+    theta = peaked_theta(space, HARD)
+    theta[2][1] = value
+    run = make_run(tmp_path, space, tiny_lut_file, theta=theta)
+    fix = "theta of layer 2 is not finite; the search diverged"
+    assert_user_error(cli("sample", run, "--hard"), fix, "optim.theta.lr")
+    assert not (run / "arch.json").exists()
+    resumable = _resumable(tmp_path / "r", tiny_lut_file, space, theta=theta)
+    assert_user_error(_resume(resumable), "cannot resume", fix)
+
+
+def test_finished_run_with_non_finite_weights_is_not_resumed(tmp_path, tiny_lut_file, space):
+    run = _resumable(tmp_path, tiny_lut_file, space)
+    path = run / "checkpoints" / "last.pt"
+    ck = torch.load(path, weights_only=True)
+    ck["epoch"] = 99  # finished: resuming would only report
+    ck["model"]["stem.0.weight"][0, 0, 0, 0] = float("nan")
+    torch.save(ck, path)
+    assert_user_error(_resume(run), "cannot resume", "weights are not finite", "stem.0.weight")
+
+
+def test_export_refuses_non_finite_weights(tmp_path, space, tiny_lut_file):
+    from fbnas.model import Network
+
+    arch = _arch(tmp_path, space, tiny_lut_file)
+    state = Network(read_json(arch, "arch")).state_dict()
+    state["head.fc.weight"][0, 0] = float("inf")
+    torch.save(state, tmp_path / "w.pt")
+    assert_user_error(cli("export", arch, "--weights", tmp_path / "w.pt", "--format", "pt2",
+                          "--out", tmp_path / "m.pt2"), "head.fc.weight", "not finite")
+    assert not (tmp_path / "m.pt2").exists()
+
+
+class _Mkdir:
+    """Unpickled, this would create a folder: harmless, and visible if it ever ran."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
+
+
+class _Print:
+    def __reduce__(self):
+        return (print, ("code from the checkpoint ran",))
+
+
+def test_crafted_pickle_is_refused_by_name_and_never_runs(tmp_path, space, tiny_lut_file,
+                                                          capfd):
+    marker = tmp_path / "ran"
+    arch = _arch(tmp_path, space, tiny_lut_file)
+    for payload, named in ((_Print(), "GLOBAL print"),
+                           (_Mkdir(marker), f"GLOBAL {os.mkdir.__module__}.mkdir")):
+        evil = tmp_path / "evil.pt"
+        torch.save({"format": "fbnas.checkpoint/1", "kind": "search", "x": payload}, evil)
+        raw = tmp_path / "raw.pt"
+        raw.write_bytes(pickle.dumps(payload, protocol=2))
+        for path in (evil, raw):
+            assert_user_error(cli("sample", path), f"checkpoint {path}", named, "weights-only",
+                              "ran nothing")
+        assert_user_error(cli("export", arch, "--weights", evil, "--format", "pt2", "--out",
+                              tmp_path / "m.pt2"), named)
+    assert not marker.exists()
+    out, err = capfd.readouterr()
+    assert "code from the checkpoint ran" not in out + err
+
+
+# --------------------------------------------------------------------------- output paths
+
+
+def test_outputs_under_a_file_fail_before_any_work(tmp_path, tiny_lut_file, space, monkeypatch):
+    import fbnas.lut
+
+    def no_profiling(*a, **k):
+        raise AssertionError("profiled before checking --out")
+
+    monkeypatch.setattr(fbnas.lut, "profile_space", no_profiling)
+    (tmp_path / "file").write_text("x")
+    under = tmp_path / "file" / "sub"
+    started = time.monotonic()
+    assert_user_error(cli("profile", "--space", "tiny", "--out", under / "t.json"),
+                      "is a file, not a folder", "pick another --out")
+    _fast(started)
+    run = make_run(tmp_path, space, tiny_lut_file)
+    assert_user_error(cli("sample", run, "--hard", "--out", under / "a.json"),
+                      "is a file, not a folder")
+    arch = _arch(tmp_path, space, tiny_lut_file)
+    assert_user_error(cli("export", arch, "--random-weights", "--format", "pt2", "--out",
+                          under / "m.pt2"), "is a file, not a folder")
+
+
+def test_unwritable_out_folder_fails_before_profiling(tmp_path, tiny_lut_file, monkeypatch):
+    import tempfile
+
+    import fbnas.lut
+
+    monkeypatch.setattr(fbnas.lut, "profile_space",
+                        lambda *a, **k: pytest.fail("profiled before checking --out"))
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real = tempfile.mkstemp
+
+    def refuse(*args, dir=None, **kwargs):  # a read-only folder, even for root
+        if dir is not None and os.path.samefile(dir, ro):
+            raise PermissionError(13, "Permission denied")
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    assert_user_error(cli("profile", "--space", "tiny", "--out", ro / "new" / "t.json"),
+                      f"folder {ro} does not accept new files (Permission denied)",
+                      "make the folder writable")
+    lut = ro / "t.json"
+    lut.write_text(tiny_lut_file.read_text())
+    assert_user_error(cli("calibrate", lut, "--networks", 5, "--fit", 3), "--dry-run")
+    assert "calibration" not in json.loads(lut.read_text())
+
+
+# --------------------------------------------------------------------------- options
+
+
+def test_negative_seed_draws_like_any_other(tmp_path, space, tiny_lut_file):
+    run = make_run(tmp_path, space, tiny_lut_file)
+    r = cli("sample", run, "--num", 3, "--seed", -5)
+    assert r.exit_code == 0, r.output
+    assert any(n.startswith("search_seed-5_") for n in
+               read_json(run / "arch.json", "arch")["architectures"])
