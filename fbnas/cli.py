@@ -10,6 +10,7 @@ import click
 
 import fbnas
 from fbnas.errors import FbnasError, UsageError
+from fbnas.limits import MAX_BATCH
 from fbnas.runtimes import DEFAULT_BLOCK_TIME, DEFAULT_RUNTIME, RUNTIMES
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -63,7 +64,7 @@ def main() -> None:
 @click.option("--threads", default=1, show_default=True, type=click.IntRange(min=1),
               help="Intra-op threads while timing, torch's or ONNX Runtime's (which gets 1 "
                    "inter-op thread); recorded in the table.")
-@click.option("--batch", default=1, show_default=True, type=click.IntRange(min=1),
+@click.option("--batch", default=1, show_default=True, type=click.IntRange(1, MAX_BATCH),
               help="Batch size of the timed inputs.")
 @click.option("--rounds", default=80, show_default=True, type=click.IntRange(min=1),
               help="Rounds that time every entry once.")
@@ -419,7 +420,7 @@ def _arch_options(f):
 @click.option("--threads", default=None, type=click.IntRange(min=1),
               help="Intra-op threads, torch's or ONNX Runtime's [default: the table's, else "
                    "1].")
-@click.option("--batch", default=None, type=click.IntRange(min=1),
+@click.option("--batch", default=None, type=click.IntRange(1, MAX_BATCH),
               help="Batch size [default: the table's, else 1].")
 @click.option("--rounds", default=60, show_default=True, type=click.IntRange(min=1),
               help="Rounds, each timing the network and its table entries once.")

@@ -10,6 +10,7 @@ its input 224x224, its kernels 5x5), yet low enough that every size stays addres
 - classes: :data:`MAX_CLASSES`; input resolution: :data:`MAX_RESOLUTION`
 - kernel size of the stem and of ops: :data:`MAX_KERNEL`; layers: :data:`MAX_LAYERS`
 - values in one layer's weights, or in one feature map of one image: :data:`MAX_VALUES`
+- the batch of timed inputs (``profile --batch``, ``latency --batch``): :data:`MAX_BATCH`
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ MAX_RESOLUTION = 4096
 MAX_KERNEL = 31
 MAX_LAYERS = 1000
 MAX_VALUES = 2 ** 28  # 1 GiB of float32
+MAX_BATCH = 1024
 
 
 def at_most(value: int, limit: int, field: str) -> int:

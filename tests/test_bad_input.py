@@ -300,3 +300,12 @@ def test_negative_seed_draws_like_any_other(tmp_path, space, tiny_lut_file):
     assert r.exit_code == 0, r.output
     assert any(n.startswith("search_seed-5_") for n in
                read_json(run / "arch.json", "arch")["architectures"])
+
+
+def test_huge_batch_is_a_usage_error_before_allocating(tmp_path, space, tiny_lut_file):
+    started = time.monotonic()
+    r = cli("profile", "--space", "tiny", "--batch", 10 ** 8, "--out", tmp_path / "t.json")
+    assert r.exit_code == 2 and "--batch" in r.output and "1024" in r.output
+    r = cli("latency", _arch(tmp_path, space, tiny_lut_file), "--batch", 10 ** 8)
+    assert r.exit_code == 2 and "--batch" in r.output
+    _fast(started)
