@@ -14,7 +14,6 @@ from typing import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from fbnas.checkpoint import check_resumable
 from fbnas.config import Config
 from fbnas.definition import select, structure_difference
 from fbnas.errors import FbnasError
@@ -44,7 +43,6 @@ class Retrain(Trainer):
         return max(self.cfg.optim.weights.warmup_epochs, self.cfg.retrain.warmup_epochs)
 
     def check_resume(self, ckpt: dict) -> None:
-        check_resumable(ckpt, f"checkpoint {self.paths.last}")
         diff = structure_difference(ckpt.get("definition", {}), self.definition)
         if diff:
             raise FbnasError(f"cannot resume: the run trained another architecture ({diff})")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fbnas.errors import FbnasError
-from fbnas.io import atomic_write, file_hash
+from fbnas.io import atomic_write, check_writable, file_hash
 
 #: the name of the lookup table's copy in a run directory
 TABLE_COPY = "lut.json"
@@ -77,31 +77,9 @@ def check_run_dir(out: str | Path, resume: bool, force: bool) -> RunPaths:
     elif out.is_dir() and any(out.iterdir()) and not force:
         raise FbnasError(f"run directory {out} is not empty; pass --resume to continue the "
                          "run in it or --force to start over")
-    _check_writable(out)
+    # a file the run writes first: its nearest existing folder must accept new files
+    check_writable(paths.config)
     return paths
-
-
-def _check_writable(out: Path) -> None:
-    """Create ``out``, write a file in it, then remove whatever this created."""
-    created = []
-    p = out
-    while not p.exists() and p != p.parent:
-        created.append(p)
-        p = p.parent
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".fbnas-write-test"
-        probe.touch()
-        probe.unlink()
-    except OSError as e:
-        raise FbnasError(f"cannot use {out} as the run directory: {e.strerror or e}; pick "
-                         "another --out") from None
-    finally:
-        for d in created:  # deepest first
-            try:
-                d.rmdir()
-            except OSError:
-                break
 
 
 def start_run_dir(paths: RunPaths, fresh: bool) -> None:

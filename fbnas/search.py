@@ -15,7 +15,6 @@ from typing import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from fbnas.checkpoint import check_resumable
 from fbnas.config import Config
 from fbnas.data import BatchLoader
 from fbnas.errors import FbnasError
@@ -88,7 +87,6 @@ class Search(Trainer):
         return named
 
     def check_resume(self, ckpt: dict) -> None:
-        check_resumable(ckpt, f"checkpoint {self.paths.last}")
         if ckpt.get("space_hash") != self.space.hash:
             raise FbnasError(f"cannot resume: the run searched a different space "
                              f"({ckpt['space']['name']}, hash {ckpt.get('space_hash')}) than "
@@ -219,10 +217,10 @@ class Search(Trainer):
         otherwise the reducer would wait for gradients that never come."""
         if self.info.enabled and not self.find_unused_parameters:
             return
-        if getattr(self, "_weight_grads", True) != on:
-            for p in self.net.weight_parameters():
+        weights = self.net.weight_parameters()
+        if weights[0].requires_grad != on:
+            for p in weights:
                 p.requires_grad_(on)
-            self._weight_grads = on
 
     def eval_logits(self, x: torch.Tensor) -> torch.Tensor:
         """Deterministic: argmax or softmax of theta, never Gumbel noise."""

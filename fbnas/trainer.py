@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fbnas.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
+from fbnas.checkpoint import CHECKPOINT_FORMAT, check_resumable, save_checkpoint
 from fbnas.config import Config, dump
 from fbnas.data import BatchLoader, Dataset
 from fbnas.dist import DistInfo, all_reduce_sum, barrier, ranks_agree, sync_buffers
@@ -86,7 +86,8 @@ class Trainer:
         return {}
 
     def check_resume(self, ckpt: dict) -> None:
-        """Refuse a checkpoint that belongs to a different run setup."""
+        """Refuse a checkpoint that belongs to a different run setup (one that is unusable
+        in itself, truncated or not finite, is refused before this is called)."""
 
     def epoch_extras(self, epoch: int) -> dict:
         return {}
@@ -135,6 +136,7 @@ class Trainer:
         self.cfg, self.paths, self.info, self.device = cfg, paths, info, device
         self.setup(ckpt)
         if ckpt is not None:
+            check_resumable(ckpt, f"checkpoint {self.paths.last}")
             self.check_resume(ckpt)
         self._load_data()
         torch.manual_seed(cfg.run.seed)
