@@ -20,6 +20,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from fbnas.checkpoint import LAST, load_checkpoint
 from fbnas.errors import FbnasError
 from fbnas.io import atomic_write, check_writable, file_hash
 
@@ -57,11 +58,11 @@ class RunPaths:
 
     @property
     def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
+        return self.root / LAST.parent
 
     @property
     def last(self) -> Path:
-        return self.checkpoints / "last.pt"
+        return self.root / LAST
 
 
 def check_run_dir(out: str | Path, resume: bool, force: bool) -> RunPaths:
@@ -126,7 +127,6 @@ def append_metrics(paths: RunPaths, record: dict) -> None:
 
 def resume_config(out: str | Path) -> dict:
     """The config a run in ``out`` was started with (to continue it with the same settings)."""
-    from fbnas.checkpoint import load_checkpoint
     from fbnas.config import from_dict
 
     return from_dict(load_checkpoint(RunPaths(Path(out)).last)["config"]).to_dict()
