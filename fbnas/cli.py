@@ -192,7 +192,8 @@ def show_lut(lut_path, space_name):
 
 _RUN_OPTIONS = [
     click.option("--config", "config_path", metavar="NAME|FILE",
-                 type=click.Path(dir_okay=False, path_type=Path), help="Bundled config name (fbnet_cifar, tiny) or a YAML config file, which may "
+                 type=click.Path(dir_okay=False, path_type=Path),
+                 help="Bundled config name (fbnet_cifar, tiny) or a YAML config file, which may "
                  "start from another with 'base: NAME_OR_FILE'."),
     click.option("--data-dir", help="Folder with cifar-10-batches-py/ or an image folder "
                  "(data.dir) [default: data/cifar10]."),
