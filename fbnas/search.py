@@ -138,7 +138,7 @@ class Search(Trainer):
         s = self.cfg.search
         return Supernet(self.space, self.lut, s.cost, impl=s.supernet,
                         zero_init_residual=s.zero_init_residual,
-                        soft_transitions=s.soft_transitions)
+                        soft_transitions=s.soft_transitions, shared_weights=s.shared_weights)
 
     def build_optimizers(self) -> dict:
         ow, ot = self.cfg.optim.weights, self.cfg.optim.theta
@@ -146,9 +146,13 @@ class Search(Trainer):
             "weights": torch.optim.SGD(self.net.weight_parameters(), lr=ow.lr,
                                        momentum=ow.momentum, weight_decay=ow.weight_decay,
                                        nesterov=ow.nesterov),
-            # theta has its own optimizer and weight decay, never the weights' decay
+            # theta has its own optimizer and weight decay, never the weights' decay. The decay
+            # is decoupled (AdamW): added to the gradient, as Adam's L2 term, it outweighed
+            # theta's gradients (about 1e-4 per entry) once theta reached |gradient| / decay,
+            # about 0.3, so most layers stayed undecided whatever the search saw
             "theta": torch.optim.Adam(self.net.theta_parameters(), lr=ot.lr,
-                                      betas=(ot.beta1, ot.beta2), weight_decay=ot.weight_decay),
+                                      betas=(ot.beta1, ot.beta2), weight_decay=ot.weight_decay,
+                                      decoupled_weight_decay=True),
         }
 
     def extra_state(self) -> dict:

@@ -153,3 +153,26 @@ def test_theta_gradient_of_all_candidates(supernet, per_sample):
             assert float(g_sampled.abs().max()) < 1e-3 * float(g_all.abs().max())
     if not per_sample:
         assert torch.allclose(outs[False], outs[True], atol=1e-5)
+
+
+def test_theta_weight_decay_does_not_cap_theta(tiny_lut_data):
+    """theta's gradients are about 1e-4 per entry; its weight decay must not hold it near 0.
+
+    As an L2 term added to the gradient (Adam's weight_decay), a decay of 5e-4 stops theta at
+    |gradient| / decay = 0.2 however long the search sees the same preference."""
+    from fbnas.config import load_config
+    from fbnas.search import Search
+
+    search = Search.__new__(Search)  # only the optimizers are needed, not a run
+    search.cfg = load_config(None, ["space=tiny"])
+    search.net = Supernet(load_space("tiny"), LUT(tiny_lut_data))
+    opt = search.build_optimizers()["theta"]
+    theta = search.net.layers[0].theta
+    for _ in range(100):
+        for t in search.net.theta_parameters():
+            t.grad = torch.zeros_like(t)
+        theta.grad[0] = -1e-4  # the same small preference at every step
+        opt.step()
+    lr = search.cfg.optim.theta.lr
+    assert search.cfg.optim.theta.weight_decay > 0
+    assert float(theta[0]) > 0.8 * 100 * lr
