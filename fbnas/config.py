@@ -73,6 +73,9 @@ class SearchConfig:
     # hard mode: mix all candidates of transition layers (stride 2 or new width) instead of
     # switching between their unrelated representations at every step
     soft_transitions: bool = True
+    # the kK_eE[_gG] candidates of a layer slice one set of weights (largest kernel, widest
+    # expansion), so every step trains them all (see fbnas/entangled.py)
+    shared_weights: bool = False
     # training images run through the evaluated path to re-estimate its BN statistics
     # before each evaluation (0 = use the running statistics of the shared weights)
     recalibrate_images: int = 1024

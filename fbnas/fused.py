@@ -40,7 +40,7 @@ from torch import nn
 from fbnas.ops import InvertedResidual, Skip, parse_op
 
 
-def _bn_factor(bn: nn.BatchNorm2d) -> float:
+def bn_factor(bn: nn.BatchNorm2d) -> float:
     """Count one more batch and return the running-average factor, as _BatchNorm.forward."""
     bn.num_batches_tracked.add_(1)
     if bn.momentum is None:
@@ -50,7 +50,7 @@ def _bn_factor(bn: nn.BatchNorm2d) -> float:
 
 def scaled_batch_norm(x: torch.Tensor, bn: nn.BatchNorm2d, scale: torch.Tensor) -> torch.Tensor:
     """``scale * bn(x)``, computed as one BN call with scaled affine parameters."""
-    factor = _bn_factor(bn) if bn.training else 0.0
+    factor = bn_factor(bn) if bn.training else 0.0
     return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight * scale,
                         bn.bias * scale, bn.training, factor, bn.eps)
 
@@ -101,7 +101,7 @@ def folded_conv_bn(x: torch.Tensor, stats: InputStats, conv: nn.Conv2d, bn: nn.B
         dense = _dense(conv.weight, conv.groups)
         mean = dense.mv(mean_x)
         var = (dense.mm(cov_x) * dense).sum(dim=1)
-        factor = _bn_factor(bn)
+        factor = bn_factor(bn)
         with torch.no_grad():
             bn.running_mean.mul_(1 - factor).add_(mean.detach(), alpha=factor)
             bn.running_var.mul_(1 - factor).add_(var.detach() * (n / (n - 1)), alpha=factor)

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fbnas.entangled import entangled_candidates
 from fbnas.errors import FbnasError
 from fbnas.fused import FusedPlan, fused_forward
 from fbnas.lut import LUT
@@ -60,11 +61,15 @@ class MixedOp(nn.Module):
     """All candidates of one searchable layer, their theta and their costs."""
 
     def __init__(self, layer: Layer, costs: list[float], zero_init_residual: bool = False,
-                 soft_transition: bool = False):
+                 soft_transition: bool = False, shared_weights: bool = False):
         super().__init__()
         self.candidates = tuple(layer.candidates)
-        self.ops = nn.ModuleList(build_op(op, layer.c_in, layer.c_out, layer.stride)
-                                 for op in self.candidates)
+        if shared_weights:  # the blocks slice self.shared (see fbnas.entangled)
+            self.ops, self.shared = entangled_candidates(
+                list(self.candidates), layer.c_in, layer.c_out, layer.stride)
+        else:
+            self.ops = nn.ModuleList(build_op(op, layer.c_in, layer.c_out, layer.stride)
+                                     for op in self.candidates)
         # A transition layer (new stride or width) has no identity path: every candidate
         # replaces the representation with one of its own, unrelated to the others' at init.
         self.transition = layer.stride != 1 or layer.c_in != layer.c_out
@@ -134,7 +139,8 @@ class Supernet(nn.Module):
     """
 
     def __init__(self, space: SearchSpace, lut: LUT, cost: str = "latency", impl: str = "loop",
-                 zero_init_residual: bool = True, soft_transitions: bool = True):
+                 zero_init_residual: bool = True, soft_transitions: bool = True,
+                 shared_weights: bool = False):
         super().__init__()
         if impl not in IMPLEMENTATIONS:
             raise ValueError(f"unknown supernet implementation {impl!r}")
@@ -145,11 +151,12 @@ class Supernet(nn.Module):
         self.stem = Stem(space.in_channels, space.stem_channels, space.stem_kernel,
                          space.stem_stride)
         layers = []
+        # the fused soft forward reads each candidate's own modules; shared weights loop
+        mixed = FusedMixedOp if impl == "fast" and not shared_weights else MixedOp
         for layer, row in zip(space.layers, lut.data["layers"]):
             costs = [lut.cost(row["candidates"][op], cost) for op in layer.candidates]
-            layers.append((FusedMixedOp if impl == "fast" else MixedOp)(
-                layer, costs, zero_init_residual=zero_init_residual,
-                soft_transition=soft_transitions))
+            layers.append(mixed(layer, costs, zero_init_residual=zero_init_residual,
+                                soft_transition=soft_transitions, shared_weights=shared_weights))
         self.layers = nn.ModuleList(layers)
         self.head = Head(space.final_channels, space.head_channels, space.num_classes)
         self.fixed_cost = lut.fixed_cost(cost)

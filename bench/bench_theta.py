@@ -1,0 +1,104 @@
+"""What moves theta? Its gradient in a trained supernet, split into accuracy and latency parts.
+
+Loads a search checkpoint (a run folder or file), runs --batches theta-split batches through
+the supernet as a theta step does (hard mode: every candidate, weighted by the one-hot
+sample; soft mode: the Gumbel-softmax mixture), and prints for each layer softmax(theta) and
+the mean of -d loss / d theta split into its two parts:
+
+    loss = CE * f(LAT)    ->    d loss = f(LAT) * d CE  +  CE * d f(LAT)
+                                         (accuracy)        (latency)
+
+A positive entry pushes that candidate's theta up. Where the accuracy part is far below the
+latency part, the layer is chosen by latency alone; the last line compares the two per kind
+of layer (transition: stride 2 or a new width; residual: the others).
+
+    python bench/bench_theta.py runs/demo --batches 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+from fbnas.checkpoint import load_checkpoint, resolve_checkpoint
+from fbnas.config import from_dict
+from fbnas.data import BatchLoader, load_dataset, make_splits
+from fbnas.loss import paper_loss, target_loss
+from fbnas.lut import load_lut
+from fbnas.rundir import RunPaths
+from fbnas.search import temperature
+from fbnas.space import SearchSpace
+from fbnas.supernet import Supernet
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("run", help="search run folder or checkpoint file")
+    ap.add_argument("--batches", type=int, default=8)
+    ap.add_argument("--data-dir", default=None, help="default: the run's data.dir")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    path, run_dir = resolve_checkpoint(args.run)
+    ck = load_checkpoint(path, "search")
+    cfg = from_dict(ck["config"])
+    s, lo = cfg.search, cfg.loss
+    space = SearchSpace.from_dict(ck["space"])
+    table = RunPaths(run_dir).lut
+    lut = load_lut(table if table.is_file() else cfg.lut, space)
+    net = Supernet(space, lut, s.cost, impl=s.supernet, zero_init_residual=s.zero_init_residual,
+                   soft_transitions=s.soft_transitions, shared_weights=s.shared_weights)
+    net.load_state_dict(ck["model"])
+    net.train()
+    for p in net.weight_parameters():
+        p.requires_grad_(False)
+    data = load_dataset(args.data_dir or cfg.data.dir)
+    splits = make_splits(data.train_images.shape[0], cfg.run.seed, cfg.data.theta_fraction,
+                         cfg.data.val_fraction)
+    loader = BatchLoader(data.train_images, data.train_labels, splits["theta"],
+                         cfg.data.batch_size, train=True, seed=cfg.run.seed + 1, drop_last=True,
+                         mean=data.mean, std=data.std)
+    tau = temperature(cfg, max(int(ck["epoch"]), 0))
+    thetas = net.theta_parameters()
+    acc = [torch.zeros_like(t) for t in thetas]
+    lat = [torch.zeros_like(t) for t in thetas]
+    n = 0
+    for x, y in loader:
+        if n == args.batches:
+            break
+        logits, cost = net(x, tau=tau, mode=s.mode, all_candidates=s.mode == "hard")
+        ce = torch.nn.functional.cross_entropy(logits, y)
+        if lo.form == "target":
+            _, factor = target_loss(ce, cost, lo.target_ms * 1000.0, lo.target_exponent)
+        else:
+            _, factor = paper_loss(ce, cost, lo.alpha, lo.beta)
+        g_acc = torch.autograd.grad(ce * factor.detach(), thetas, retain_graph=True)
+        g_lat = torch.autograd.grad(ce.detach() * factor, thetas)
+        for i in range(len(thetas)):
+            acc[i] -= g_acc[i]
+            lat[i] -= g_lat[i]
+        n += 1
+    size = {"transition": ([], []), "residual": ([], [])}
+    print(f"{path}: epoch {ck['epoch'] + 1}, tau {tau:.3f}, {n} batches; entries are "
+          "-d loss / d theta x 1e5 (accuracy part / latency part)")
+    for i, layer in enumerate(net.layers):
+        kind = "transition" if layer.transition else "residual"
+        p = torch.softmax(layer.theta.detach(), -1)
+        a, b = acc[i] / n, lat[i] / n
+        size[kind][0].append(float(a.abs().mean()))
+        size[kind][1].append(float(b.abs().mean()))
+        print(f"layer {i:2d} {kind}")
+        print("   " + "  ".join(f"{op}: p {float(p[j]):.2f} {1e5 * float(a[j]):+6.1f} / "
+                                 f"{1e5 * float(b[j]):+6.1f}"
+                                 for j, op in enumerate(layer.candidates)))
+    for kind, (a, b) in size.items():
+        if a:
+            print(f"{kind} layers: mean |accuracy part| {1e5 * statistics.mean(a):.2f}, "
+                  f"mean |latency part| {1e5 * statistics.mean(b):.2f} (x 1e-5)")
+
+
+if __name__ == "__main__":
+    main()
