@@ -61,7 +61,8 @@ def main() -> None:
     loader = BatchLoader(data.train_images, data.train_labels, splits["theta"],
                          cfg.data.batch_size, train=True, seed=cfg.run.seed + 1, drop_last=True,
                          mean=data.mean, std=data.std)
-    tau = temperature(cfg, max(int(ck["epoch"]), 0))
+    done = int(ck["epoch"])  # epochs finished; the last one ran at temperature(done - 1)
+    tau = temperature(cfg, max(done - 1, 0))
     thetas = net.theta_parameters()
     acc = [torch.zeros_like(t) for t in thetas]
     lat = [torch.zeros_like(t) for t in thetas]
@@ -82,7 +83,7 @@ def main() -> None:
             lat[i] -= g_lat[i]
         n += 1
     size = {"transition": ([], []), "residual": ([], [])}
-    print(f"{path}: epoch {ck['epoch'] + 1}, tau {tau:.3f}, {n} batches; entries are "
+    print(f"{path}: after epoch {done}, tau {tau:.3f}, {n} batches; entries are "
           "-d loss / d theta x 1e5 (accuracy part / latency part)")
     for i, layer in enumerate(net.layers):
         kind = "transition" if layer.transition else "residual"
