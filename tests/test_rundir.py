@@ -135,3 +135,19 @@ def test_sample_and_latency_use_the_runs_table_copy(tmp_path, tiny_lut_file, mon
     r = cli("summary", moved / "arch.json")
     assert r.exit_code == 0, r.output
     assert "total" in r.output and "does not exist" not in r.output
+
+
+def test_runs_from_before_shared_weights_resume_with_independent_weights(tmp_path):
+    """A checkpoint's config without search.shared_weights was written when every candidate
+    had its own weights; resuming it must build that supernet, not the current default."""
+    from fbnas.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
+    from fbnas.rundir import resume_config
+
+    cfg = load_config(None, ["space=tiny", "search.shared_weights=true"]).to_dict()
+    paths = RunPaths(tmp_path)
+    paths.last.parent.mkdir(parents=True)
+    save_checkpoint({"format": CHECKPOINT_FORMAT, "kind": "search", "config": cfg}, paths.last)
+    assert resume_config(tmp_path)["search"]["shared_weights"] is True
+    del cfg["search"]["shared_weights"]
+    save_checkpoint({"format": CHECKPOINT_FORMAT, "kind": "search", "config": cfg}, paths.last)
+    assert resume_config(tmp_path)["search"]["shared_weights"] is False
