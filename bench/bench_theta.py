@@ -25,12 +25,10 @@ import torch
 from fbnas.checkpoint import load_checkpoint, resolve_checkpoint
 from fbnas.config import from_dict
 from fbnas.data import BatchLoader, load_dataset, make_splits
-from fbnas.loss import paper_loss, target_loss
 from fbnas.lut import load_lut
 from fbnas.rundir import RunPaths
-from fbnas.search import temperature
+from fbnas.search import build_supernet, search_loss, temperature
 from fbnas.space import SearchSpace
-from fbnas.supernet import Supernet
 
 
 def main() -> None:
@@ -45,12 +43,11 @@ def main() -> None:
     path, run_dir = resolve_checkpoint(args.run)
     ck = load_checkpoint(path, "search")
     cfg = from_dict(ck["config"])
-    s, lo = cfg.search, cfg.loss
+    s = cfg.search
     space = SearchSpace.from_dict(ck["space"])
     table = RunPaths(run_dir).lut
     lut = load_lut(table if table.is_file() else cfg.lut, space)
-    net = Supernet(space, lut, s.cost, impl=s.supernet, zero_init_residual=s.zero_init_residual,
-                   soft_transitions=s.soft_transitions, shared_weights=s.shared_weights)
+    net = build_supernet(cfg, space, lut)
     net.load_state_dict(ck["model"])
     net.train()
     for p in net.weight_parameters():
@@ -72,10 +69,7 @@ def main() -> None:
             break
         logits, cost = net(x, tau=tau, mode=s.mode, all_candidates=s.mode == "hard")
         ce = torch.nn.functional.cross_entropy(logits, y)
-        if lo.form == "target":
-            _, factor = target_loss(ce, cost, lo.target_ms * 1000.0, lo.target_exponent)
-        else:
-            _, factor = paper_loss(ce, cost, lo.alpha, lo.beta)
+        _, factor = search_loss(cfg, ce, cost)
         g_acc = torch.autograd.grad(ce * factor.detach(), thetas, retain_graph=True)
         g_lat = torch.autograd.grad(ce.detach() * factor, thetas)
         for i in range(len(thetas)):

@@ -129,9 +129,4 @@ def resume_config(out: str | Path) -> dict:
     """The config a run in ``out`` was started with (to continue it with the same settings)."""
     from fbnas.config import from_dict
 
-    stored = load_checkpoint(RunPaths(Path(out)).last)["config"]
-    search = stored.get("search") if isinstance(stored, dict) else None
-    if isinstance(search, dict) and "shared_weights" not in search:
-        # written before candidates could share weights: its supernet has independent ones
-        stored = {**stored, "search": {**search, "shared_weights": False}}
-    return from_dict(stored).to_dict()
+    return from_dict(load_checkpoint(RunPaths(Path(out)).last)["config"]).to_dict()

@@ -38,6 +38,22 @@ def temperature(cfg: Config, epoch: int) -> float:
     return t.initial * math.exp(-t.decay * epoch)
 
 
+def build_supernet(cfg: Config, space, lut) -> Supernet:
+    """The supernet ``cfg``'s search keys describe (also used to reload a run's weights)."""
+    s = cfg.search
+    return Supernet(space, lut, s.cost, impl=s.supernet, zero_init_residual=s.zero_init_residual,
+                    soft_transitions=s.soft_transitions, shared_weights=s.shared_weights)
+
+
+def search_loss(cfg: Config, ce: torch.Tensor, cost: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, cost factor) of the config's loss form."""
+    lo = cfg.loss
+    if lo.form == "target":
+        return target_loss(ce, cost, lo.target_ms * 1000.0, lo.target_exponent)
+    return paper_loss(ce, cost, lo.alpha, lo.beta)
+
+
 def format_cost(value: float, metric: str) -> str:
     if metric == "latency":
         return f"{value / 1000:.3f} ms"
@@ -135,10 +151,7 @@ class Search(Trainer):
             return super().evaluate(loader)
 
     def build_model(self) -> Supernet:
-        s = self.cfg.search
-        return Supernet(self.space, self.lut, s.cost, impl=s.supernet,
-                        zero_init_residual=s.zero_init_residual,
-                        soft_transitions=s.soft_transitions, shared_weights=s.shared_weights)
+        return build_supernet(self.cfg, self.space, self.lut)
 
     def build_optimizers(self) -> dict:
         ow, ot = self.cfg.optim.weights, self.cfg.optim.theta
@@ -149,7 +162,7 @@ class Search(Trainer):
             # theta has its own optimizer and weight decay, never the weights' decay. The decay
             # is decoupled (AdamW): added to the gradient, as Adam's L2 term, it outweighed
             # theta's gradients (about 1e-4 per entry) once theta reached |gradient| / decay,
-            # about 0.3, so most layers stayed undecided whatever the search saw
+            # about 0.2 to 0.4, so most layers stayed undecided whatever the search saw
             "theta": torch.optim.Adam(self.net.theta_parameters(), lr=ot.lr,
                                       betas=(ot.beta1, ot.beta2), weight_decay=ot.weight_decay,
                                       decoupled_weight_decay=True),
@@ -203,16 +216,13 @@ class Search(Trainer):
         return 2 * (nw // k) * k
 
     def forward_loss(self, x: torch.Tensor, y: torch.Tensor, epoch: int, phase: str):
-        s, lo = self.cfg.search, self.cfg.loss
+        s = self.cfg.search
         every = s.mode == "hard" and phase == "theta" and s.theta_gradient == "all"
         self._weights_need_grad(phase == "weights")
         logits, cost = self.model(x, tau=temperature(self.cfg, epoch), mode=s.mode,
                                   per_sample=s.per_sample, all_candidates=every)
         ce = F.cross_entropy(logits, y, reduction="none" if cost.dim() else "mean")
-        if lo.form == "target":
-            loss, factor = target_loss(ce, cost, lo.target_ms * 1000.0, lo.target_exponent)
-        else:
-            loss, factor = paper_loss(ce, cost, lo.alpha, lo.beta)
+        loss, factor = search_loss(self.cfg, ce, cost)
         return loss.mean(), ce, cost, factor
 
     def _weights_need_grad(self, on: bool) -> None:
