@@ -10,10 +10,11 @@ kind of one-line error. A checkpoint is a dict ``{"format": CHECKPOINT_FORMAT, "
 
 from __future__ import annotations
 
+import math
 import pickle
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,23 @@ class SearchCheckpoint:
     lut_path: str | None
     lut_hash: str | None
     hash: str
+    #: the run's config as the checkpoint stores it (a plain dict)
+    config: dict = field(default_factory=dict)
+
+    @property
+    def target_ms(self) -> float | None:
+        """The search's latency budget in ms (``loss.target_ms`` of a ``loss.form: target``
+        search on latency), or None if it had none."""
+        cfg = self.config if isinstance(self.config, dict) else {}
+        loss, search = cfg.get("loss"), cfg.get("search")
+        if not isinstance(loss, dict) or loss.get("form") != "target":
+            return None
+        if isinstance(search, dict) and search.get("cost", "latency") != "latency":
+            return None
+        t = loss.get("target_ms")
+        if isinstance(t, bool) or not isinstance(t, (int, float)):
+            return None
+        return float(t) if math.isfinite(t) and t > 0 else None
 
 
 def load_search_checkpoint(path: str | Path) -> SearchCheckpoint:
@@ -247,4 +265,4 @@ def load_search_checkpoint(path: str | Path) -> SearchCheckpoint:
         epoch=int(epoch) if isinstance(epoch, int) else -1,
         lut_path=ck.get("lut_path") if isinstance(ck.get("lut_path"), str) else None,
         lut_hash=ck.get("lut_hash") if isinstance(ck.get("lut_hash"), str) else None,
-        hash=file_hash(ckpt_path))
+        hash=file_hash(ckpt_path), config=ck["config"])

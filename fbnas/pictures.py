@@ -17,6 +17,7 @@ from fbnas.io import atomic_write
 
 CELL_W, CELL_H = 56, 18
 MARGIN_LEFT, MARGIN_TOP = 56, 34
+ENTROPY_W = 48  # the column right of the cells that prints each layer's entropy
 WHITE, BLACK, GREY = (255, 255, 255), (0, 0, 0), (150, 150, 150)
 BLUE, ORANGE = (31, 119, 180), (230, 120, 20)
 
@@ -31,32 +32,49 @@ def _cell_colour(p: float) -> tuple[int, int, int]:
     return tuple(int(round(w + (b - w) * p)) for w, b in zip(WHITE, (8, 48, 107)))
 
 
+def relative_entropy(p: Sequence[float]) -> float:
+    """Entropy of a distribution divided by that of the uniform one over as many values: 0
+    when one value holds all the probability, 1 when all are equal (0 for a single value)."""
+    v = np.clip(np.asarray(p, dtype=float), 0.0, None)
+    if v.size < 2 or v.sum() <= 0:
+        return 0.0
+    v = v / v.sum()
+    nz = v[v > 0]
+    return float(max(0.0, -(nz * np.log(nz)).sum() / np.log(v.size)))
+
+
 def theta_heatmap(probs: Sequence[Sequence[float]], candidates: Sequence[Sequence[str]],
                   title: str = "") -> np.ndarray:
     """Layers (rows) x candidates (columns) of softmax(theta) as an H x W x 3 uint8 image.
 
     Layers may have different candidate lists: the columns are the union, in first-seen
     order, and a candidate a layer lacks is drawn grey. Each layer's largest probability is
-    printed in its cell and outlined.
+    printed in its cell and outlined. Right of each row, how decided the layer is: its
+    entropy as a share of the uniform distribution's ("H 0.00" settled on one candidate,
+    "H 1.00" undecided).
     """
     columns: list[str] = []
     for row in candidates:
         columns += [c for c in row if c not in columns]
     rows = len(probs)
-    width = MARGIN_LEFT + CELL_W * max(1, len(columns)) + 8
+    width = MARGIN_LEFT + CELL_W * max(1, len(columns)) + ENTROPY_W + 8
     height = MARGIN_TOP + CELL_H * max(1, rows) + 8
     img = Image.new("RGB", (width, height), WHITE)
     draw = ImageDraw.Draw(img)
     font = _font()
     if title:
         draw.text((4, 2), title, fill=BLACK, font=font)
+    x_entropy = MARGIN_LEFT + CELL_W * max(1, len(columns)) + 6
     for j, name in enumerate(columns):
         draw.text((MARGIN_LEFT + j * CELL_W + 3, MARGIN_TOP - 14), name, fill=BLACK, font=font)
+    draw.text((x_entropy, MARGIN_TOP - 14), "entropy", fill=BLACK, font=font)
     for i, (p, names) in enumerate(zip(probs, candidates)):
         y0 = MARGIN_TOP + i * CELL_H
         draw.text((4, y0 + 3), f"layer {i}", fill=BLACK, font=font)
         values = [float(v) for v in p]
         best = int(np.argmax(values)) if values else -1
+        draw.text((x_entropy, y0 + 3), f"H {relative_entropy(values):.2f}", fill=BLACK,
+                  font=font)
         for j, name in enumerate(columns):
             x0 = MARGIN_LEFT + j * CELL_W
             box = (x0, y0, x0 + CELL_W - 1, y0 + CELL_H - 1)

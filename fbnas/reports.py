@@ -34,23 +34,27 @@ def human(n: float) -> str:
 
 
 def format_entry(entry: dict, lut=None) -> str:
-    """An architecture as a per-stage table: op, channels, stride, input size, p(op), latency."""
+    """An architecture as a per-stage table: op, channels, stride, input size, p(op), the
+    layer's largest probability (p max: how decided theta is there; an op below it was not
+    the layer's argmax, e.g. under a latency budget), latency."""
     rows = layer_rows(entry)
     lats = row_latencies(entry, lut) if lut is not None else None
     theta = entry.get("theta_softmax") if isinstance(entry.get("theta_softmax"), list) else None
     out = []
     for i, r in enumerate(rows):
-        p = ""
-        if theta and 0 < i < len(rows) - 1 and i - 1 < len(theta):
+        p = top = ""
+        if theta and 0 < i < len(rows) - 1 and i - 1 < len(theta) \
+                and isinstance(theta[i - 1], dict) and theta[i - 1]:
             p = f"{theta[i - 1].get(r.op, 0.0):.2f}"
+            top = f"{max(theta[i - 1].values()):.2f}"
         out.append([r.stage, r.label, r.op,
-                    f"{r.c_in}->{r.c_out}", str(r.stride), f"{r.h}x{r.h}", p,
+                    f"{r.c_in}->{r.c_out}", str(r.stride), f"{r.h}x{r.h}", p, top,
                     f"{lats[i]:.1f}" if lats else "-"])
     sp = entry.get("space") if isinstance(entry.get("space"), dict) else {}
     head = (f"architecture {entry.get('name')} (space {sp.get('name', '?')}, "
             f"{len(entry['blocks'])} blocks)")
-    body = table(["stage", "layer", "op", "channels", "stride", "input", "p(op)", "table us"],
-                 out, right={4, 6, 7})
+    body = table(["stage", "layer", "op", "channels", "stride", "input", "p(op)", "p max",
+                  "table us"], out, right={4, 6, 7, 8})
     lines = [head, body]
     pred = entry.get("predicted")
     if isinstance(pred, dict) and "latency_us" in pred:
@@ -59,6 +63,11 @@ def format_entry(entry: dict, lut=None) -> str:
         lines.append(f"predicted latency {pred['latency_us']:.1f} us ({how}, batch "
                      f"{pred.get('batch')}), {human(pred['flops'])} FLOPs, "
                      f"{human(pred['params'])} params")
+    how = entry.get("sampling") if isinstance(entry.get("sampling"), dict) else {}
+    budget, prob = how.get("target_ms"), entry.get("probability")
+    if how.get("method") == "argmax_under_budget" and isinstance(budget, (int, float)):
+        chance = f" (probability {prob:.3g})" if isinstance(prob, (int, float)) else ""
+        lines.append(f"the most probable architecture predicted within {budget:g} ms{chance}")
     return "\n".join(lines)
 
 

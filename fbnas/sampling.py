@@ -2,9 +2,10 @@
 
 A search ends with one probability distribution per layer, softmax(theta). FBNet takes the
 most probable candidate of every layer (``--hard``) or draws several architectures from the
-distributions and keeps the best; both become entries that record, next to the model
-definition, where they came from (checkpoint, table, hashes), the per-layer probabilities and
-the table's predicted latency, FLOPs and params.
+distributions and keeps the best; with a latency budget, ``--hard`` takes the most probable
+architecture predicted within it (:mod:`fbnas.budget`). All become entries that record, next
+to the model definition, where they came from (checkpoint, table, hashes), the per-layer
+probabilities and the table's predicted latency, FLOPs and params.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from datetime import datetime, timezone
 import numpy as np
 
 import fbnas
+from fbnas.budget import ops_under_budget
 from fbnas.checkpoint import SearchCheckpoint
 from fbnas.definition import CORE_KEYS
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, UsageError
 from fbnas.io import file_hash
 from fbnas.space import SearchSpace
 
@@ -105,11 +107,23 @@ def make_entry(ck: SearchCheckpoint, lut, ops: list[str], name: str, sampling: d
 
 
 def sample_architectures(ck: SearchCheckpoint, lut, hard: bool, num: int = 1, seed: int = 0,
-                         name: str | None = None) -> list[dict]:
-    """Entries for the hard architecture or ``num`` distinct draws, fastest predicted first."""
+                         name: str | None = None, target_us: float | None = None) -> list[dict]:
+    """Entries for the hard architecture or ``num`` distinct draws, fastest predicted first.
+
+    With ``target_us``, the hard architecture is the most probable one whose (calibrated)
+    predicted latency is at most ``target_us`` microseconds.
+    """
+    if target_us is not None and not hard:
+        raise UsageError("a latency budget (--target-ms) picks the most probable architecture "
+                         "within it; it needs --hard")
     if hard:
         base = check_name(name) if name else f"{run_name(ck)}_hard"
-        return [make_entry(ck, lut, hard_ops(ck.space, ck.probs), base, {"method": "argmax"})]
+        if target_us is None:
+            return [make_entry(ck, lut, hard_ops(ck.space, ck.probs), base,
+                               {"method": "argmax"})]
+        ops = ops_under_budget(lut, ck.space, ck.probs, target_us)
+        return [make_entry(ck, lut, ops, base, {"method": "argmax_under_budget",
+                                                "target_ms": round(target_us / 1000.0, 9)})]
     if num < 1:
         raise FbnasError("--num must be at least 1")
     draws = draw_ops(ck.space, ck.probs, num, seed)
