@@ -23,7 +23,7 @@ import statistics
 import torch
 
 from fbnas.checkpoint import load_checkpoint, resolve_checkpoint
-from fbnas.config import from_dict
+from fbnas.config import from_saved
 from fbnas.data import BatchLoader, load_dataset, make_splits
 from fbnas.lut import load_lut
 from fbnas.rundir import RunPaths
@@ -42,7 +42,7 @@ def main() -> None:
     torch.manual_seed(0)
     path, run_dir = resolve_checkpoint(args.run)
     ck = load_checkpoint(path, "search")
-    cfg = from_dict(ck["config"])
+    cfg = from_saved(ck["config"])
     s = cfg.search
     space = SearchSpace.from_dict(ck["space"])
     table = RunPaths(run_dir).lut

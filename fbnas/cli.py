@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -235,6 +236,13 @@ def run_config(config_path, out, resume, force, overrides, download, **keys):
     return cfg
 
 
+def _finite_ms(ctx, param, value):
+    """A latency budget must be a finite number (FloatRange lets inf through)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter("must be a finite number of milliseconds")
+    return value
+
+
 def launch_processes(ctx: click.Context, nproc: int, threads: int | None) -> int:
     """Re-run this command, minus --nproc, as ``nproc`` torchrun processes on this machine."""
     from fbnas.dist import launch
@@ -262,26 +270,30 @@ def launch_processes(ctx: click.Context, nproc: int, threads: int | None) -> int
 @click.option("--space", "space_name", help="Search space name or YAML file (config key space).")
 @click.option("--lut", help="Lookup table JSON (config key lut).")
 @click.option("--mode", type=click.Choice(["soft", "hard"]), help="Supernet forward mode.")
+@click.option("--target-ms", type=click.FloatRange(min=0, min_open=True), metavar="MS",
+              callback=_finite_ms, help="Latency budget: search for the most accurate network whose predicted "
+              "latency is about MS and at most MS (loss.form=target, loss.target_ms=MS).")
 @click.option("--nproc", type=click.IntRange(min=1),
               help="Run N processes on this machine with DistributedDataParallel (launches "
               "torchrun --standalone; data.batch_size is per process).")
 @click.pass_context
 def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overrides, download,
-          resume, force, space_name, lut, mode, nproc):
+          resume, force, space_name, lut, mode, target_ms, nproc):
     """Search: train the Gumbel-softmax supernet with alternating weight/theta optimizers.
 
-    Loss: CE * alpha * (log LAT)^beta with LAT the expected latency in microseconds (or
-    loss.form=target with loss.target_ms). The accuracy/latency trade-off moves with
-    loss.beta (higher: faster networks) or loss.target_ms, not with loss.alpha, which scales
-    the whole loss and so only the weights' effective learning rate (theta's Adam ignores
-    the scale). Writes RUN_DIR/pictures/ (softmax(theta) heatmaps, progress chart) and warns
-    when the supernet stops learning or theta collapses to skip. Options given here override
-    the config file; --set overrides both.
+    The weights train on the cross-entropy; theta on CE * alpha * (log LAT)^beta with LAT
+    the sampled latency in microseconds (the paper's loss; loss.beta moves the trade-off,
+    higher is faster), or with --target-ms on CE + weight * |LAT / budget - 1|, which lands
+    on the budget: fbnas sample --hard then returns the most probable network within it.
+    Writes RUN_DIR/pictures/ (softmax(theta) heatmaps, progress chart) and warns when the
+    supernet stops learning or theta collapses to skip. Options given here override the
+    config file; --set overrides both.
 
     \b
     Examples:
       fbnas train --config tiny --out runs/tiny
       fbnas train --config fbnet_cifar --data-dir /data/cifar10 --out runs/c10
+      fbnas train --config fbnet_cifar --target-ms 1.5 --out runs/c10_1.5ms
       fbnas train --out runs/c10 --resume
       fbnas train --config my_search.yaml --out runs/mine --nproc 2
     """
@@ -302,6 +314,8 @@ def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overri
         os._exit(code)
 
     out = out or Path("runs/search")
+    if target_ms is not None:
+        overrides = ("loss.form=target", f"loss.target_ms={target_ms!r}", *overrides)
     cfg = run_config(config_path, out, resume, force, overrides, download,
                      **{"space": space_name, "lut": lut, "data.dir": data_dir,
                         "search.epochs": epochs, "search.mode": mode, "run.seed": seed,
@@ -309,9 +323,9 @@ def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overri
     with console():
         result = run_search(cfg, out, resume=resume, force=force)
     if not result["stopped"] and result["rank"] == 0:
-        click.echo(f"done: {result['epochs_done']} epochs; argmax architecture costs "
-                   f"{result['argmax_cost'] / 1000:.3f} ms" if cfg.search.cost == "latency" else
-                   f"done: {result['epochs_done']} epochs")
+        click.echo(f"done: {result['epochs_done']} epochs; the found architecture's predicted "
+                   f"latency is {result['found_cost'] / 1000:.3f} ms"
+                   if cfg.search.cost == "latency" else f"done: {result['epochs_done']} epochs")
         click.echo(f"next: fbnas sample {out} --hard")
 
 
@@ -354,6 +368,11 @@ def retrain(arch, name, config_path, data_dir, out, epochs, seed, device, thread
 @click.argument("source", metavar="RUN_DIR_OR_CHECKPOINT", type=click.Path(path_type=Path))
 @click.option("--hard", is_flag=True,
               help="Take each layer's most probable op (argmax theta) instead of drawing.")
+@click.option("--target-ms", default=None, type=click.FloatRange(min=0, min_open=True),
+              metavar="MS", callback=_finite_ms,
+              help="With --hard: pick the most probable architecture under softmax(theta) "
+                   "whose calibrated predicted latency is at most MS milliseconds (exact) "
+                   "[default: the search's latency budget, loss.target_ms, if it had one].")
 @click.option("--num", default=1, show_default=True, type=click.IntRange(min=1),
               help="Architectures to draw from softmax(theta) (not with --hard).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the draws.")
@@ -364,17 +383,20 @@ def retrain(arch, name, config_path, data_dir, out, epochs, seed, device, thread
 @click.option("--lut", "lut_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="Lookup table for predictions [default: the one the search used].")
 @click.option("--force", is_flag=True, help="Replace architectures of the same name.")
-def sample(source, hard, num, seed, name, out, lut_path, force):
+def sample(source, hard, target_ms, num, seed, name, out, lut_path, force):
     """Sample architectures from a search's theta into an architecture file (JSON).
 
     RUN_DIR_OR_CHECKPOINT is a run folder of fbnas train (its checkpoints/last.pt is
     used) or a search checkpoint file (for example a copy of last.pt kept from an earlier
     epoch). The file holds many named architectures; each records its model definition, predicted latency, FLOPs,
     params, theta probabilities and the hashes of its checkpoint, lookup table and space.
+    With --hard and a latency budget (--target-ms, or the search's own), the architecture
+    is the most probable one predicted within the budget, found exactly.
 
     \b
     Example:
       fbnas sample runs/search --hard
+      fbnas sample runs/search --hard --target-ms 1.5 --name search_1.5ms
       fbnas sample runs/search --num 10 --seed 1 --out archs.json
       python -c "import fbnas; print(fbnas.build_model('runs/search/arch.json', 'search_hard'))"
     """
@@ -388,11 +410,19 @@ def sample(source, hard, num, seed, name, out, lut_path, force):
 
     if hard and num > 1:
         raise UsageError("--num draws from softmax(theta); --hard gives one architecture")
+    if target_ms is not None and not hard:
+        raise UsageError("--target-ms picks the most probable architecture within a latency "
+                         "budget; add --hard")
     ck = load_search_checkpoint(source)
     out = out or ck.run_dir / "arch.json"
     check_writable(out)
     lut = resolve_lut(ck, lut_path)
-    entries = sample_architectures(ck, lut, hard, num=num, seed=seed, name=name)
+    if hard and target_ms is None and ck.target_ms is not None:
+        target_ms = ck.target_ms
+        click.echo(f"within the search's latency budget of {target_ms:g} ms (loss.target_ms); "
+                   "--target-ms sets another")
+    entries = sample_architectures(ck, lut, hard, num=num, seed=seed, name=name,
+                                   target_us=None if target_ms is None else target_ms * 1000.0)
     add_architectures(out, entries, force=force)
     if len(entries) == 1:
         click.echo(format_entry(entries[0], lut))

@@ -88,13 +88,14 @@ class SearchConfig:
 @dataclass
 class LossConfig:
     form: str = _choices("paper", "target", default="paper")
-    # alpha scales the whole loss, so with Adam on theta it changes the weights' effective
-    # learning rate only, not the accuracy/latency trade-off; beta (and, in the target form,
-    # target_ms) moves the trade-off
+    # both forms train theta only; the weights train on the cross-entropy alone. alpha scales
+    # theta's loss, which its Adam ignores; beta moves the trade-off without naming a latency
     alpha: float = 0.2
     beta: float = 0.6
-    target_ms: Optional[float] = None  # the budget of the target form
-    target_exponent: float = 2.0
+    # the target form (fbnas train --target-ms): CE + target_weight * |LAT / target - 1|,
+    # which drives the search to spend the budget (see fbnas/loss.py)
+    target_ms: Optional[float] = None
+    target_weight: float = 0.2
 
 
 @dataclass
@@ -268,6 +269,7 @@ def validate(cfg: Config) -> Config:
         need(lo.target_ms is not None and lo.target_ms > 0,
              "loss.form=target needs a positive loss.target_ms (e.g. --set loss.target_ms=5)")
         need(s.cost == "latency", "loss.form=target needs search.cost=latency")
+    need(lo.target_weight > 0, "config key loss.target_weight must be positive")
     need(cfg.optim.weights.lr > 0 and cfg.optim.theta.lr > 0, "learning rates must be positive")
     need(cfg.run.threads is None or cfg.run.threads >= 1, "config key run.threads must be >= 1")
     need(cfg.run.log_every >= 1, "config key run.log_every must be >= 1")
@@ -281,6 +283,23 @@ def validate(cfg: Config) -> Config:
 
 def from_dict(values: dict) -> Config:
     return validate(_build(Config, values))
+
+
+# keys that earlier versions wrote into run configs and that no longer mean anything: a run
+# started with them still resumes (loss.target_exponent: the target form was
+# CE * max(1, LAT/T)^exponent, which made the weights diverge and ended far under budget).
+# Only saved configs are forgiven; a user's file naming them is refused like any unknown key.
+_RETIRED = {"loss": ("target_exponent",)}
+
+
+def from_saved(values: dict) -> Config:
+    """The config a checkpoint recorded, less the keys this version retired."""
+    values = copy.deepcopy(values)
+    for section, keys in _RETIRED.items():
+        if isinstance(values.get(section), dict):
+            for k in keys:
+                values[section].pop(k, None)
+    return from_dict(values)
 
 
 def bundled_configs() -> dict[str, Any]:

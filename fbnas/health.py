@@ -52,6 +52,8 @@ def check_skip_collapse(history: list[dict], share: float = 0.5) -> str | None:
     if not history or "argmax_skips" not in history[-1]:
         return None
     now = history[-1]
+    if "budget_ms" in now:  # the user named the latency: skips are what it leaves room for
+        return None
     layers = now.get("layers", 0)
     if not layers or now["argmax_skips"] < share * layers:
         return None
@@ -59,9 +61,9 @@ def check_skip_collapse(history: list[dict], share: float = 0.5) -> str | None:
     if now["argmax_skips"] <= before:
         return None
     return (f"theta is collapsing toward skip: {now['argmax_skips']} of {layers} layers of "
-            "the argmax architecture are skip. The cost term is winning over accuracy; lower "
-            "loss.beta, or use loss.form=target with a loss.target_ms budget (loss.alpha does "
-            "not change this trade-off)")
+            "the argmax architecture are skip. The cost term is winning over accuracy; name "
+            "the latency you want with --target-ms, or lower loss.beta (loss.alpha does not "
+            "change this trade-off)")
 
 
 def epoch_warnings(history: list[dict], classes: int) -> list[str]:

@@ -1,17 +1,22 @@
 """The latency-aware search losses, as pure functions of cross-entropy and cost.
 
+Both losses train theta only. The weights minimise the cross-entropy alone: a cost factor
+that multiplied their loss would multiply their effective learning rate with it, so a knob
+meant to move the accuracy/latency trade-off (beta, a budget) would also change how fast,
+or whether, the weights train (a budget 2x below the start made them diverge).
+
 paper:  L = CE * alpha * (log LAT)^beta      (Wu et al. 2019; LAT in microseconds)
         beta is the exponent of the logarithm. log LAT must be positive, which it is for any
         network slower than 1 us; a cost at or below 1 would make the power NaN or flip the
-        sign of the loss, so it is refused instead.
-        alpha multiplies the whole loss: theta's optimizer (Adam) ignores the scale of its
-        gradient, so alpha only rescales the weights' gradients (their effective learning
-        rate) and does not trade accuracy for latency. beta does: the latency share of the
-        gradient grows with beta.
-target: L = CE * max(1, LAT / T)^gamma       (T = target latency)
-        no penalty while the expected latency is within budget; above it the loss grows as
-        the gamma-th power of the overshoot ratio (a MnasNet-style soft constraint written as
-        a penalty to minimise; gamma = loss.target_exponent, default 2).
+        sign of the loss, so it is refused instead. theta's optimizer (Adam) ignores the scale
+        of its gradient, so alpha changes nothing that matters; beta moves the trade-off, but
+        no value of it names a latency.
+target: L = CE + weight * |LAT / T - 1|      (T = the latency budget; TuNAS, Bender et al. 2020)
+        the penalty grows on both sides of the budget, so the search spends it instead of
+        merely staying under it: below T, latency is pushed up as hard as it is pushed down
+        above T, and at T the two pushes cancel on average, leaving the accuracy signal to
+        decide where the latency goes. ``weight`` is the cross-entropy (in nats) the search
+        would give up to halve a 100% overshoot.
 """
 
 from __future__ import annotations
@@ -34,9 +39,9 @@ def paper_loss(ce: torch.Tensor, cost: torch.Tensor, alpha: float = 0.2,
 
 
 def target_loss(ce: torch.Tensor, cost_us: torch.Tensor, target_us: float,
-                exponent: float = 2.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return (loss, penalty factor max(1, cost / target)^exponent)."""
+                weight: float = 0.2) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (loss, penalty weight * |cost / target - 1|)."""
     if target_us <= 0:
         raise FbnasError("the target latency must be positive")
-    factor = torch.clamp(cost_us / target_us, min=1.0).pow(exponent)
-    return ce * factor, factor
+    penalty = weight * (cost_us / target_us - 1.0).abs()
+    return ce + penalty, penalty

@@ -2,16 +2,24 @@
 
 An epoch is weights-only during the warm-up epochs, then either every weight batch followed
 by every theta batch (``alternation: epoch``, the paper) or ``accumulate`` weight
-micro-batches followed by ``accumulate`` theta micro-batches (``alternation: step``). Both
-phases minimise the same latency-aware loss; each optimizer steps only its own parameters.
+micro-batches followed by ``accumulate`` theta micro-batches (``alternation: step``). The
+weights minimise the cross-entropy, theta the latency-aware loss (fbnas/loss.py); each
+optimizer steps only its own parameters.
+
+After every epoch the search reports two scores on the val split: the supernet's (argmax
+layers, transition layers mixed by softmax(theta)) and the found network's, the one
+``fbnas sample --hard`` would return now (under a budget, the most probable architecture
+within it), run alone on the supernet's weights with its batch-norm statistics re-estimated.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable, Iterator
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -50,7 +58,7 @@ def search_loss(cfg: Config, ce: torch.Tensor, cost: torch.Tensor
     """(loss, cost factor) of the config's loss form."""
     lo = cfg.loss
     if lo.form == "target":
-        return target_loss(ce, cost, lo.target_ms * 1000.0, lo.target_exponent)
+        return target_loss(ce, cost, lo.target_ms * 1000.0, lo.target_weight)
     return paper_loss(ce, cost, lo.alpha, lo.beta)
 
 
@@ -68,6 +76,7 @@ class Search(Trainer):
     kind = "search"
     phases = ("weights", "theta")
     lr_keys = ("optim.weights.lr", "optim.theta.lr")
+    val_label = "supernet val top1"
 
     def setup(self, ckpt: dict | None) -> None:
         cfg = self.cfg
@@ -83,6 +92,24 @@ class Search(Trainer):
         self.resolution = self.space.resolution
         self.num_classes = self.space.num_classes
         self.find_unused_parameters = cfg.search.mode == "hard"
+        lo = cfg.loss
+        self.budget_us = lo.target_ms * 1000.0 if lo.form == "target" else None
+        if self.budget_us is not None:
+            self._check_budget()
+
+    def _check_budget(self) -> None:
+        """Refuse a budget no network of the space meets; warn of one it cannot spend."""
+        from fbnas.budget import ops_under_budget
+
+        costs = self.lut.layer_costs()
+        uniform = [np.full(len(c), 1.0 / len(c)) for c in costs]
+        ops_under_budget(self.lut, self.space, uniform, self.budget_us)  # raises below minimum
+        names = self.lut.layer_candidates()
+        slowest = self.lut.predict([n[int(np.argmax(c))] for n, c in zip(names, costs)])
+        if self.budget_us > slowest:
+            self.warn(f"the budget {self.budget_us / 1000:.3f} ms is above the slowest network "
+                      f"of {self.space.name} ({slowest / 1000:.3f} ms predicted): the search "
+                      "will push every layer toward its slowest candidate")
 
     def _table(self, ckpt: dict | None) -> Path:
         """The table to search with: config key ``lut`` for a new run; the run's copy,
@@ -141,14 +168,28 @@ class Search(Trainer):
                 self.cfg.data.batch_size, train=False, seed=0, drop_last=False,
                 **{**common, "rank": 0, "world_size": 1})
 
-    def evaluate(self, loader) -> dict:
-        """Score the deterministic (argmax or softmax) supernet with its own BN statistics."""
-        if self.recal_loader is None:
-            return super().evaluate(loader)
-        mode = self.cfg.search.eval_mode
-        with recalibrated_bn(self.net, (x for x, _ in self.recal_loader),
-                             lambda x: self.net(x, mode=mode)):
-            return super().evaluate(loader)
+    def evaluate(self, loader, path: list[int] | None = None) -> dict:
+        """Score the deterministic (argmax or softmax) supernet, or the one architecture
+        ``path``, with batch-norm statistics re-estimated for what is scored."""
+        if path is None:
+            logits_of = self.eval_logits
+        else:
+            def logits_of(x):
+                return self.net(x, path=path)[0]
+        recal = nullcontext() if self.recal_loader is None else recalibrated_bn(
+            self.net, (x for x, _ in self.recal_loader), logits_of)
+        with recal:
+            return super().evaluate(loader, logits_of)
+
+    def found_ops(self) -> list[str]:
+        """The architecture ``fbnas sample --hard`` returns now: the argmax of theta, or under
+        a budget the most probable architecture whose predicted latency is within it."""
+        if self.budget_us is None:
+            return self.net.argmax_ops()
+        from fbnas.budget import ops_under_budget
+
+        probs = [p.double().numpy() for p in self.net.probabilities()]
+        return ops_under_budget(self.lut, self.space, probs, self.budget_us)
 
     def build_model(self) -> Supernet:
         return build_supernet(self.cfg, self.space, self.lut)
@@ -223,6 +264,10 @@ class Search(Trainer):
                                   per_sample=s.per_sample, all_candidates=every)
         ce = F.cross_entropy(logits, y, reduction="none" if cost.dim() else "mean")
         loss, factor = search_loss(self.cfg, ce, cost)
+        if phase == "weights":
+            # the cost term trains theta only: as a factor of the weights' loss it would scale
+            # their learning rate with every knob of the trade-off (see fbnas/loss.py)
+            loss = ce
         return loss.mean(), ce, cost, factor
 
     def _weights_need_grad(self, on: bool) -> None:
@@ -257,11 +302,30 @@ class Search(Trainer):
                 "cost_expected": self.net.expected_cost(),
                 "argmax_skips": skip_count(ops), "layers": len(ops)}
 
+    def epoch_evaluation(self, epoch: int) -> dict:
+        ops = self.found_ops()
+        probs = self.net.probabilities()
+        record = {"found_cost": self.net.cost_of(ops), "found_skips": skip_count(ops),
+                  # how decided theta is: the mean over layers of the largest probability
+                  "theta_decided": float(np.mean([float(p.max()) for p in probs]))}
+        if self.budget_us is not None:
+            record["budget_ms"] = self.budget_us / 1000.0
+        if self.val_loader is not None:
+            ev = self.evaluate(self.val_loader, path=self.net.path_of(ops))
+            record["found_val_top1"] = ev["top1"]
+        return record
+
     def epoch_line_extras(self, r: dict) -> list[str]:
         metric = self.cfg.search.cost
-        return [f"tau {r['temperature']:.3f}",
-                f"argmax {format_cost(r['cost_argmax'], metric)} ({r['argmax_skips']}/"
-                f"{r['layers']} skip), expected {format_cost(r['cost_expected'], metric)}"]
+        found = (f"found net {format_cost(r['found_cost'], metric)} ({r['found_skips']}/"
+                 f"{r['layers']} skip)")
+        if "budget_ms" in r:
+            found += f" under {r['budget_ms']:.3f} ms"
+        if "found_val_top1" in r:
+            found += f" val top1 {r['found_val_top1']:.2f}%"
+        return [f"tau {r['temperature']:.3f}", found,
+                f"expected {format_cost(r['cost_expected'], metric)}, max p "
+                f"{r['theta_decided']:.2f}"]
 
     def log_epoch_extras(self, epoch: int) -> None:
         w, step = self.writer, epoch + 1
@@ -286,9 +350,9 @@ class Search(Trainer):
         h = self.history
         scale, unit = ((1e-3, "ms") if self.cfg.search.cost == "latency" else (1e-6, "M"))
         chart = progress_chart([r["epoch"] for r in h], [r.get("val_top1") for r in h],
-                               [r["cost_argmax"] * scale for r in h],
+                               [r.get("found_cost", r["cost_argmax"]) * scale for r in h],
                                f"search {self.space.name}",
-                               f"argmax {self.cfg.search.cost} ({unit})")
+                               f"found net {self.cfg.search.cost} ({unit})")
         folder = self.paths.pictures
         write_png(folder / f"theta_epoch{epoch + 1:03d}.png", heat)
         write_png(folder / "progress.png", chart)
@@ -296,9 +360,8 @@ class Search(Trainer):
         self.writer.add_image("progress", chart, epoch + 1, dataformats="HWC")
 
     def summary(self, stopped: bool) -> dict:
-        ops = self.net.argmax_ops()
-        return {**super().summary(stopped), "argmax_ops": ops,
-                "argmax_cost": self.net.cost_of(ops)}
+        ops = self.found_ops()
+        return {**super().summary(stopped), "found_ops": ops, "found_cost": self.net.cost_of(ops)}
 
 
 def run_search(cfg: Config, out: str | Path, resume: bool = False, force: bool = False,

@@ -166,21 +166,31 @@ class Supernet(nn.Module):
             self.to(memory_format=torch.channels_last)
 
     def forward(self, x: torch.Tensor, tau: float = 1.0, mode: str = "soft",
-                per_sample: bool = False, all_candidates: bool = False
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                per_sample: bool = False, all_candidates: bool = False,
+                path: list[int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``all_candidates`` (hard mode): run every candidate, weighted by the straight-through
         one-hot sample, so the output is still the sampled path's but d loss / d weight_k =
         <grad, op_k(x)> exists for every candidate k, as the Gumbel straight-through estimator
         defines it. Running only the sampled candidate leaves that one term; in a residual
         layer it is dominated by the identity part every candidate shares, and theta stays
-        near uniform."""
+        near uniform.
+
+        ``path`` (one candidate index per layer) runs exactly that architecture, transition
+        layers included, whatever ``mode`` says: the network ``fbnas sample`` would return,
+        with the supernet's weights (the usual one-shot estimate of its accuracy)."""
         samples = x.shape[0] if per_sample and mode in ("soft", "hard") else None
+        if path is not None and len(path) != len(self.layers):
+            raise ValueError(f"path has {len(path)} entries for {len(self.layers)} layers")
         if self.impl == "fast":
             x = x.contiguous(memory_format=torch.channels_last)
         x = self.stem(x)
         total = x.new_tensor(self.fixed_cost)
-        for layer in self.layers:
-            w, idx = layer.weights(mode, tau, samples)
+        for i, layer in enumerate(self.layers):
+            if path is not None:
+                idx = torch.tensor(path[i], device=x.device)
+                w = F.one_hot(idx, len(layer.candidates)).to(layer.theta.dtype)
+            else:
+                w, idx = layer.weights(mode, tau, samples)
             x = layer(x, w, None if all_candidates else idx)
             total = total + (w * layer.cost).sum(dim=-1)
         return self.head(x), self.cal_a * total + self.cal_b
@@ -197,6 +207,10 @@ class Supernet(nn.Module):
 
     def argmax_ops(self) -> list[str]:
         return [layer.candidates[int(layer.theta.argmax())] for layer in self.layers]
+
+    def path_of(self, ops: list[str]) -> list[int]:
+        """Candidate indices of ``ops``, one per layer (for ``forward(path=...)``)."""
+        return [layer.candidates.index(op) for layer, op in zip(self.layers, ops)]
 
     @torch.no_grad()
     def cost_of(self, ops: list[str]) -> float:

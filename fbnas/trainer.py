@@ -52,6 +52,8 @@ class Trainer:
     #: the config keys a diverged run should lower
     lr_keys: tuple[str, ...] = ("optim.weights.lr",)
     find_unused_parameters = False
+    #: what the epoch line calls the val set's score
+    val_label = "val top1"
 
     # -- to be provided by subclasses ---------------------------------------------------------
     epochs: int
@@ -90,6 +92,11 @@ class Trainer:
         in itself, truncated or not finite, is refused before this is called)."""
 
     def epoch_extras(self, epoch: int) -> dict:
+        """Cheap figures of the current state, for the epoch record and every logged step."""
+        return {}
+
+    def epoch_evaluation(self, epoch: int) -> dict:
+        """Figures worth an evaluation pass, once per epoch (after the val set's)."""
         return {}
 
     def describe(self) -> str:
@@ -279,14 +286,16 @@ class Trainer:
         return err
 
     @torch.no_grad()
-    def evaluate(self, loader: BatchLoader) -> dict:
-        """Deterministic top-1/top-5 accuracy and cross-entropy over ``loader``."""
+    def evaluate(self, loader: BatchLoader, logits_of=None) -> dict:
+        """Deterministic top-1/top-5 accuracy and cross-entropy over ``loader``, of
+        ``logits_of`` (default: :meth:`eval_logits`)."""
+        logits_of = logits_of or self.eval_logits
         self.net.eval()
         top_k = min(5, self.classes)
         correct1 = correct5 = ce_sum = count = 0.0
         for x, y in loader:
             x, y = x.to(self.device), y.to(self.device)
-            logits = self.eval_logits(x)
+            logits = logits_of(x)
             ce_sum += float(F.cross_entropy(logits, y, reduction="sum"))
             top = logits.topk(top_k, dim=1).indices
             correct1 += float((top[:, 0] == y).sum())
@@ -337,6 +346,7 @@ class Trainer:
             ev = self.evaluate(self.val_loader)
             record.update({f"val_{k}": v for k, v in ev.items() if k != "images"})
         record.update(self.epoch_extras(epoch))
+        record.update(self.epoch_evaluation(epoch))
         return record
 
     def _epoch_line(self, r: dict) -> str:
@@ -346,7 +356,7 @@ class Trainer:
             parts.append(f"{p} loss {r[f'{p}_loss']:.3f} (ce {r[f'{p}_ce']:.3f})")
         if "val_top1" in r:
             k = next(x for x in r if x.startswith("val_top") and x != "val_top1")
-            parts.append(f"val top1 {r['val_top1']:.2f}% {k[4:]} {r[k]:.2f}%")
+            parts.append(f"{self.val_label} {r['val_top1']:.2f}% {k[4:]} {r[k]:.2f}%")
         parts += self.epoch_line_extras(r)
         parts.append(f"{r['seconds']:.1f}s")
         return " | ".join(parts)

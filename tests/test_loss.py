@@ -31,13 +31,60 @@ def test_paper_loss_refuses_non_positive_log(bad):
         paper_loss(torch.tensor(1.0), torch.tensor(bad))
 
 
-def test_target_loss_flat_under_budget_and_grows_above():
+def test_target_loss_spends_the_budget():
+    """The penalty is |LAT/T - 1|: under the budget latency is pushed up, above it down, with
+    the same strength, and at the budget there is no penalty."""
     ce = torch.tensor(1.5)
-    under, f_under = target_loss(ce, torch.tensor(4000.0), target_us=5000.0, exponent=2.0)
-    assert float(under) == pytest.approx(1.5) and float(f_under) == 1.0
-    over, f_over = target_loss(ce, torch.tensor(6000.0), target_us=5000.0, exponent=2.0)
-    assert float(f_over) == pytest.approx(1.2 ** 2)
-    assert float(over) == pytest.approx(1.5 * 1.44)
-    lat = torch.tensor(6000.0, requires_grad=True)
-    target_loss(ce, lat, 5000.0)[0].backward()
-    assert float(lat.grad) == pytest.approx(1.5 * 2 * 1.2 / 5000.0)
+    at, p_at = target_loss(ce, torch.tensor(5000.0), target_us=5000.0, weight=0.2)
+    assert float(at) == pytest.approx(1.5) and float(p_at) == 0.0
+    under, p_under = target_loss(ce, torch.tensor(4000.0), target_us=5000.0, weight=0.2)
+    over, p_over = target_loss(ce, torch.tensor(6000.0), target_us=5000.0, weight=0.2)
+    assert float(p_under) == pytest.approx(0.2 * 0.2) == pytest.approx(float(p_over))
+    assert float(over) == pytest.approx(1.5 + 0.04)
+    grads = []
+    for v in (4000.0, 6000.0):
+        lat = torch.tensor(v, requires_grad=True)
+        target_loss(ce, lat, 5000.0, weight=0.2)[0].backward()
+        grads.append(float(lat.grad))
+    assert grads[0] == pytest.approx(-0.2 / 5000.0) and grads[1] == pytest.approx(0.2 / 5000.0)
+
+
+def _search_step_grads(lut_data, sets: list[str], phase: str) -> tuple[list, list]:
+    """Gradients of one search micro-batch of ``phase`` through Search.forward_loss."""
+    from fbnas.config import load_config
+    from fbnas.dist import DistInfo
+    from fbnas.lut import LUT
+    from fbnas.search import Search, build_supernet
+    from fbnas.space import load_space
+
+    cfg = load_config(None, ["space=tiny", "search.mode=hard", *sets])
+    search = Search.__new__(Search)  # the step alone: no data, run directory or optimizers
+    search.cfg, search.info = cfg, DistInfo()
+    search.find_unused_parameters = True
+    torch.manual_seed(0)
+    search.net = search.model = build_supernet(cfg, load_space("tiny"), LUT(lut_data))
+    for layer in search.net.layers:  # an undecided but not uniform theta
+        layer.theta.data.normal_(0, 0.5)
+    x, y = torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))
+    torch.manual_seed(1)  # the same Gumbel draw for every setting
+    loss, *_ = search.forward_loss(x, y, epoch=2, phase=phase)
+    loss.backward()
+    grads = lambda ps: [None if p.grad is None else p.grad.clone() for p in ps]  # noqa: E731
+    return grads(search.net.weight_parameters()), grads(search.net.theta_parameters())
+
+
+@pytest.mark.parametrize("sets_a,sets_b", [
+    (["loss.beta=0.3"], ["loss.beta=1.2"]),
+    (["loss.form=target", "loss.target_ms=0.05"], ["loss.form=target", "loss.target_ms=50"]),
+])
+def test_trade_off_knobs_move_theta_only(tiny_lut_data, sets_a, sets_b):
+    """No knob of the trade-off changes the weights' gradients (their effective learning
+    rate); each changes theta's."""
+    wa, _ = _search_step_grads(tiny_lut_data, sets_a, "weights")
+    wb, _ = _search_step_grads(tiny_lut_data, sets_b, "weights")
+    assert any(g is not None and float(g.abs().max()) > 0 for g in wa)
+    for ga, gb in zip(wa, wb):
+        assert (ga is None and gb is None) or torch.equal(ga, gb)
+    _, ta = _search_step_grads(tiny_lut_data, sets_a, "theta")
+    _, tb = _search_step_grads(tiny_lut_data, sets_b, "theta")
+    assert not all(torch.allclose(a, b, rtol=1e-3, atol=0) for a, b in zip(ta, tb))

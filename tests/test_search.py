@@ -203,3 +203,41 @@ def test_resuming_a_finished_run_says_so(tmp_path, tiny_lut_file):
     assert f"run {out} already finished all 1 epochs; nothing to resume" in r.output
     assert "resuming at epoch" not in r.output and "test set" in r.output
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+def _fastest_ms(lut_data) -> float:
+    from fbnas.lut import LUT
+
+    lut = LUT(lut_data)
+    names, costs = lut.layer_candidates(), lut.layer_costs()
+    return lut.predict([n[c.index(min(c))] for n, c in zip(names, costs)]) / 1000
+
+
+def test_budget_far_below_the_start_trains_and_lands(tmp_path, tiny_lut_file, tiny_lut_data):
+    """A budget near the fastest network, far below the initial expected latency: the weights
+    train on the cross-entropy alone (no divergence), and the found network is within it."""
+    budget = round(1.05 * _fastest_ms(tiny_lut_data), 6)
+    cfg = small_config(tiny_lut_file, **{"loss.form": "target", "loss.target_ms": budget,
+                                         "search.mode": "hard", "search.epochs": 3})
+    result = run_search(cfg, tmp_path / "run", echo=quiet)
+    hist = result["history"]
+    assert hist[0]["cost_expected"] > 1.3 * budget * 1000  # far above the budget at the start
+    for r in hist:
+        assert r["weights_loss"] == pytest.approx(r["weights_ce"])  # CE alone trains weights
+        assert r["weights_ce"] < 2.5  # ln 10 = 2.30: learning or at chance, not diverging
+        assert r["budget_ms"] == budget and 0 <= r["found_val_top1"] <= 100
+        assert r["found_cost"] <= budget * 1000 * (1 + 1e-9)
+    assert result["found_cost"] <= budget * 1000 * (1 + 1e-9)
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "supernet val top1" in log and "found net" in log and "diverging" not in log
+
+
+def test_cli_budget_below_the_fastest_network_is_one_line_error(tmp_path, tiny_lut_file,
+                                                                 tiny_lut_data):
+    r = CliRunner().invoke(main, ["train", "--space", "tiny", "--lut", str(tiny_lut_file),
+                                  "--data-dir", str(CIFAR_SUBSET), "--out",
+                                  str(tmp_path / "run"), "--epochs", "1", "--target-ms",
+                                  str(0.5 * _fastest_ms(tiny_lut_data))])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert f"{_fastest_ms(tiny_lut_data):.3f}" in r.output
+    assert not (tmp_path / "run" / "checkpoints").exists()
