@@ -8,11 +8,22 @@ and print predicted latency, params and test top-1 with the found one's rank.
 sweep: search once per value of the trade-off knob (loss.beta, or loss.target_ms with
 loss.form=target), retrain each found architecture, and print latency and accuracy per value.
 
+budget: one search under a latency budget (--target-ms), and the network it finds (the most
+probable one within the budget) against two cheaper ways to the same latency: random
+networks of equal predicted latency (+-TOL), and a cost-only control, the same search with
+theta moved by the latency term alone (no cross-entropy; theta never sees the weights then,
+so the control replays the search's theta steps without training them). Every network is
+retrained with the same budget; the found one and the control with every --seeds value. The
+found network is also timed (the table's runtime). One invocation per budget appends one
+JSON line to --results; ``report`` draws the table and the picture from that file.
+
     python bench/bench_search.py quality --out runs/bench-quality
     python bench/bench_search.py sweep --knob beta --values 0.3 0.6 1.2 --out runs/bench-sweep
+    python bench/bench_search.py budget --target-ms 1.0 --results bench/results/budget.jsonl
+    python bench/bench_search.py report --results bench/results/budget.jsonl --png budget.png
 
-Both read the search settings from --config (default configs/demo.yaml) and print what they
-measured; nothing is cached between runs (--out is replaced).
+They read the search settings from --config (default configs/demo.yaml) and print what they
+measured; nothing is cached between runs (--out is replaced) unless --reuse-search.
 """
 
 from __future__ import annotations
@@ -40,10 +51,14 @@ def log_to(path: Path):
     return echo
 
 
-def search(args, out: Path, sets: list[str]) -> tuple[list[str], dict]:
+def search_config(args, sets: list[str]):
     epochs = [f"search.epochs={args.search_epochs}"] if args.search_epochs else []
-    cfg = load_config(args.config, [*epochs, f"run.threads={args.threads}", "run.progress=false",
-                                    *args.set, *sets])
+    return load_config(args.config, [*epochs, f"run.threads={args.threads}", "run.progress=false",
+                                     f"run.seed={args.search_seed}", *args.set, *sets])
+
+
+def search(args, out: Path, sets: list[str]) -> tuple[list[str], dict]:
+    cfg = search_config(args, sets)
     run_search(cfg, out, force=True, echo=log_to(out.parent / f"{out.name}.log"))
     return reused_search(args, out)
 
@@ -84,10 +99,11 @@ def retrain(args, space, ops: list[str], name: str, seed: int, out: Path) -> dic
     arch_file.parent.mkdir(parents=True, exist_ok=True)
     defn = space.definition(ops, name)
     arch_file.write_text(json.dumps(defn))  # a bare model definition is an architecture file
+    # the seed last: --set run.seed=N varies the search, never the retrain seeds
     cfg = load_config(args.config, [f"retrain.arch={arch_file}", f"retrain.name={name}",
                                     f"retrain.epochs={args.retrain_epochs}",
-                                    f"run.seed={seed}", f"run.threads={args.threads}",
-                                    "run.progress=false", *args.set])
+                                    f"run.threads={args.threads}", "run.progress=false",
+                                    *args.set, f"run.seed={seed}"])
     run_dir = out / "retrain" / f"{name}_seed{seed}"
     result = run_retrain(cfg, run_dir, force=True, echo=log_to(out / "retrain.log"))
     return {"top1": result["test"]["top1"]}
@@ -164,9 +180,192 @@ def sweep(args) -> None:
               flush=True)
 
 
+def cost_only_theta(cfg, space, lut, theta_steps: int) -> list:
+    """softmax(theta) after the search's theta steps with the cross-entropy held constant:
+    the same supernet costs, Gumbel draws (mode, temperature schedule), loss form, Adam and
+    decay, and as many steps per epoch as the search took, so only the accuracy signal is
+    missing. The weights play no part when the cross-entropy is constant, so they are not
+    trained."""
+    import torch
+
+    from fbnas.search import build_supernet, search_loss, temperature
+
+    torch.manual_seed(cfg.run.seed)
+    net = build_supernet(cfg, space, lut)
+    ot = cfg.optim.theta
+    opt = torch.optim.Adam(net.theta_parameters(), lr=ot.lr, betas=(ot.beta1, ot.beta2),
+                           weight_decay=ot.weight_decay, decoupled_weight_decay=True)
+    epochs = range(cfg.warmup_epochs, cfg.search.epochs)
+    per_epoch = theta_steps // max(1, len(epochs))
+    one = torch.tensor(1.0)
+    for epoch in epochs:
+        tau = temperature(cfg, epoch)
+        for _ in range(per_epoch):
+            total = torch.tensor(net.fixed_cost)
+            for layer in net.layers:  # the cost part of Supernet.forward
+                w, _ = layer.weights(cfg.search.mode, tau, None)
+                total = total + (w * layer.cost).sum()
+            loss, _ = search_loss(cfg, one, net.cal_a * total + net.cal_b)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return [p.double().numpy() for p in net.probabilities()]
+
+
+def theta_steps_taken(raw: dict) -> int:
+    """How many theta steps the search in checkpoint ``raw`` took (Adam counts them)."""
+    state = raw["optimizers"]["theta"]["state"]
+    return int(float(next(iter(state.values()))["step"])) if state else 0
+
+
+def budget(args) -> None:
+    from fbnas.budget import ops_under_budget
+    from fbnas.measure import measure_latency
+
+    if args.target_ms is None:
+        raise SystemExit("budget mode needs --target-ms")
+    out = Path(args.out or f"runs/bench-budget/{args.target_ms:g}ms")
+    sets = ["loss.form=target", f"loss.target_ms={args.target_ms}"]
+    if not (args.reuse_search and (out / "search" / "checkpoints" / "last.pt").is_file()):
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        search(args, out / "search", sets)
+    shutil.rmtree(out / "retrain", ignore_errors=True)
+    ck = load_search_checkpoint(out / "search")
+    raw = load_checkpoint(out / "search")
+    hist = raw["history"]
+    cfg = search_config(args, sets)
+    lut = load_lut(raw["config"]["lut"], ck.space)
+    target_us = args.target_ms * 1000
+    found = ops_under_budget(lut, ck.space, ck.probs, target_us)
+    control_probs = cost_only_theta(cfg, ck.space, lut, theta_steps_taken(raw))
+    control = ops_under_budget(lut, ck.space, control_probs, target_us)
+    lat = lut.predict(found)
+    randoms = random_matching(lut, lat, args.randoms, args.tol, args.seed)
+    print(f"budget {args.target_ms:g} ms: search {len(hist)} epochs in "
+          f"{sum(r['seconds'] for r in hist) / 60:.1f} min", flush=True)
+    print(f"  supernet val top-1 per epoch {[round(r.get('val_top1', 0), 2) for r in hist]}")
+    print(f"  found net val top-1 per epoch (supernet weights) "
+          f"{[round(r.get('found_val_top1', 0), 2) for r in hist]}")
+    print(f"  found:   {fmt_ops(found)} ({lat / 1000:.3f} ms, {found.count('skip')} skip)")
+    print(f"  control: {fmt_ops(control)} ({lut.predict(control) / 1000:.3f} ms, "
+          f"{control.count('skip')} skip)", flush=True)
+    defn = ck.space.definition(found, "found")
+    measured, retimed = measure_latency(defn, lut.threads, lut.batch, rounds=args.time_rounds,
+                                        lut=lut, ops=found, runtime=lut.runtime)
+    speed = retimed / lut.raw_sum(found)
+    t0 = time.monotonic()
+    space = ck.space
+
+    def trained(ops, name, seeds):
+        return [retrain(args, space, ops, name, s, out)["top1"] for s in seeds]
+
+    row = {
+        "target_ms": args.target_ms, "config": args.config, "sets": args.set,
+        "search_epochs": len(hist), "retrain_epochs": args.retrain_epochs,
+        "search_minutes": round(sum(r["seconds"] for r in hist) / 60, 2),
+        "supernet_val_top1": [round(r.get("val_top1", float("nan")), 2) for r in hist],
+        "found_val_top1": [round(r.get("found_val_top1", float("nan")), 2) for r in hist],
+        "theta_decided": round(hist[-1].get("theta_decided", float("nan")), 3),
+        "lut_cpu": lut.data["environment"].get("cpu"),
+        "found": {"ops": found, "predicted_ms": round(lat / 1000, 4),
+                  "measured_ms": round(measured["median"] / 1000, 4),
+                  "predicted_now_ms": round(lat * speed / 1000, 4),
+                  "top1": trained(found, "found", args.seeds)},
+        "control": {"ops": control, "predicted_ms": round(lut.predict(control) / 1000, 4),
+                    "top1": trained(control, "control", args.seeds)},
+        "random": [{"ops": r, "predicted_ms": round(lut.predict(r) / 1000, 4),
+                    "top1": trained(r, f"random{i}", args.seeds[:1])}
+                   for i, r in enumerate(randoms)],
+        "retrain_minutes": round((time.monotonic() - t0) / 60, 2),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    results = Path(args.results)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    with open(results, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    print_report([row])
+    print(f"appended to {results}")
+
+
+def verdict(row: dict) -> dict:
+    """The found network's mean top-1 against the control and the random ones."""
+    import statistics as st
+
+    f, c = row["found"]["top1"], row["control"]["top1"]
+    rand = [st.mean(r["top1"]) for r in row["random"]]
+    spread = max(st.pstdev(f) if len(f) > 1 else 0, st.pstdev(c) if len(c) > 1 else 0)
+    return {"found": st.mean(f), "found_sd": st.pstdev(f) if len(f) > 1 else 0.0,
+            "control": st.mean(c), "control_sd": st.pstdev(c) if len(c) > 1 else 0.0,
+            "beats_control": st.mean(f) - st.mean(c) > spread,
+            "random_median": st.median(rand) if rand else float("nan"),
+            "beaten": sum(st.mean(f) > v for v in rand), "randoms": len(rand)}
+
+
+def print_report(rows: list[dict]) -> None:
+    print("| budget ms | found ms (predicted / measured) | skip | found top-1 % | control ms "
+          "| control top-1 % | random top-1 % (median, n) | found beats | supernet val top-1 "
+          "(last) | found net val top-1 (last) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for row in sorted(rows, key=lambda r: r["target_ms"]):
+        v, fd, ct = verdict(row), row["found"], row["control"]
+        pct = 100 * v["beaten"] / v["randoms"] if v["randoms"] else float("nan")
+        print(f"| {row['target_ms']:g} | {fd['predicted_ms']:.3f} / {fd['measured_ms']:.3f} "
+              f"| {fd['ops'].count('skip')}/{len(fd['ops'])} | {v['found']:.2f} +- "
+              f"{v['found_sd']:.2f} | {ct['predicted_ms']:.3f} | {v['control']:.2f} +- "
+              f"{v['control_sd']:.2f} | {v['random_median']:.2f} ({v['randoms']}) | control: "
+              f"{'yes' if v['beats_control'] else 'no'}; {v['beaten']}/{v['randoms']} random "
+              f"({pct:.0f}th pct) | {row['supernet_val_top1'][-1]:.2f} | "
+              f"{row['found_val_top1'][-1]:.2f} |")
+
+
+def draw(rows: list[dict], png: Path) -> None:
+    """Retrained test top-1 against predicted latency: found networks joined by a line,
+    controls as crosses, random networks as grey points."""
+    import statistics as st
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted(rows, key=lambda r: r["target_ms"])
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    rx = [r["predicted_ms"] for row in rows for r in row["random"]]
+    ry = [st.mean(r["top1"]) for row in rows for r in row["random"]]
+    ax.scatter(rx, ry, color="0.6", s=18, label="random, equal latency")
+    ax.scatter([row["control"]["predicted_ms"] for row in rows],
+               [st.mean(row["control"]["top1"]) for row in rows], marker="x", color="tab:red",
+               label="cost-only control")
+    fx = [row["found"]["predicted_ms"] for row in rows]
+    fy = [st.mean(row["found"]["top1"]) for row in rows]
+    ax.plot(fx, fy, "o-", color="tab:blue", label="found by the search")
+    for row, x in zip(rows, fx):
+        ax.axvline(row["target_ms"], color="tab:blue", alpha=0.15, lw=4)
+    ax.set_xlabel("predicted latency (ms; shaded: the budgets)")
+    ax.set_ylabel("retrained test top-1 (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    epochs = sorted({row["retrain_epochs"] for row in rows})
+    ax.set_title(f"fbnas budget search on the CIFAR-10 subset ({'/'.join(map(str, epochs))} "
+                 "retrain epochs)", fontsize=9)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png)
+    print(f"wrote {png}")
+
+
+def report(args) -> None:
+    lines = [l for l in Path(args.results).read_text().splitlines() if l.strip()]
+    rows = [json.loads(l) for l in lines]
+    print_report(rows)
+    if args.png:
+        draw(rows, Path(args.png))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["quality", "sweep"])
+    ap.add_argument("mode", choices=["quality", "sweep", "budget", "report"])
     ap.add_argument("--config", default="configs/demo.yaml")
     ap.add_argument("--out", default=None)
     ap.add_argument("--search-epochs", type=int, default=None, help="default: the config's")
@@ -178,12 +377,20 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--knob", choices=["beta", "target_ms"], default="beta")
     ap.add_argument("--values", type=float, nargs="+", default=[0.3, 0.6, 1.2])
+    ap.add_argument("--search-seed", type=int, default=0, help="run.seed of the search")
+    ap.add_argument("--target-ms", type=float, default=None, help="budget: the latency budget")
+    ap.add_argument("--results", default="bench/results/budget.jsonl",
+                    help="budget/report: the results file (one JSON line per budget)")
+    ap.add_argument("--png", default=None, help="report: where to draw the picture")
+    ap.add_argument("--time-rounds", type=int, default=20,
+                    help="budget: timing rounds of the found network")
     ap.add_argument("--set", action="append", default=[], help="extra config key=value")
     ap.add_argument("--reuse-search", action="store_true",
                     help="quality: take the architecture of the finished search in OUT/search")
     args = ap.parse_args()
-    args.out = args.out or f"runs/bench-{args.mode}"
-    (quality if args.mode == "quality" else sweep)(args)
+    if args.mode in ("quality", "sweep"):
+        args.out = args.out or f"runs/bench-{args.mode}"
+    {"quality": quality, "sweep": sweep, "budget": budget, "report": report}[args.mode](args)
 
 
 if __name__ == "__main__":

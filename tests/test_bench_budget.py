@@ -1,0 +1,49 @@
+"""The budget benchmark's verdict and report, from a results file it appends to."""
+
+import importlib.util
+import json
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_search",
+                                                  REPO / "bench" / "bench_search.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def row(target, found, control, randoms):
+    ops = ["skip", "k3_e1"]
+    return {"target_ms": target, "retrain_epochs": 5, "supernet_val_top1": [30.0],
+            "found_val_top1": [20.0],
+            "found": {"ops": ops, "predicted_ms": 0.95 * target, "measured_ms": target,
+                      "top1": found},
+            "control": {"ops": ops, "predicted_ms": 0.9 * target, "top1": control},
+            "random": [{"ops": ops, "predicted_ms": target, "top1": [r]} for r in randoms]}
+
+
+def test_verdict_needs_more_than_the_seed_spread():
+    b = bench()
+    v = b.verdict(row(1.0, [40.0, 42.0], [37.0, 37.0], [30.0, 35.0, 41.5, 45.0]))
+    assert v["found"] == 41.0 and v["beats_control"] and v["beaten"] == 2
+    assert v["random_median"] == pytest.approx(38.25)
+    close = b.verdict(row(1.0, [40.0, 42.0], [40.0, 40.5], []))
+    assert not close["beats_control"]  # 0.75 apart, seeds 1.0 apart
+
+
+def test_report_prints_every_budget_and_draws(tmp_path, capsys):
+    results = tmp_path / "budget.jsonl"
+    results.write_text("".join(json.dumps(row(t, [40.0, 41.0], [35.0, 35.5], [33.0, 38.0]))
+                               + "\n" for t in (2.0, 0.6)))
+    png = tmp_path / "budget.png"
+    b = bench()
+    b.report(type("Args", (), {"results": str(results), "png": str(png)}))
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("| 0.6") or
+             line.startswith("| 2 ")]
+    assert [line.split()[1] for line in lines] == ["0.6", "2"]  # sorted by budget
+    assert "control: yes" in out and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
