@@ -93,8 +93,9 @@ def theta_heatmap(probs: Sequence[Sequence[float]], candidates: Sequence[Sequenc
 
 def progress_chart(epochs: Sequence[int], top1: Sequence[float | None],
                    latency_ms: Sequence[float | None], title: str = "",
-                   latency_label: str = "argmax latency ms") -> np.ndarray:
-    """Val top-1 (blue, left axis, %) and the argmax architecture's cost (orange, right axis)
+                   latency_label: str = "found net latency ms",
+                   top1_label: str = "supernet val top-1 %") -> np.ndarray:
+    """Val top-1 (blue, left axis, %) and the found architecture's cost (orange, right axis)
     over epochs, as an H x W x 3 uint8 image."""
     w, h, left, right, top, bottom = 520, 260, 48, 56, 24, 30
     img = Image.new("RGB", (w, h), WHITE)
@@ -129,8 +130,8 @@ def progress_chart(epochs: Sequence[int], top1: Sequence[float | None],
         series(latency_ms, ORANGE, max(0.0, lo - pad), hi + pad, "right")
     draw.text((x0, y1 + 4), f"epoch {first}", fill=BLACK, font=font)
     draw.text((x1 - 50, y1 + 4), f"epoch {last}", fill=BLACK, font=font)
-    draw.text((x0 + 70, y1 + 16), "val top-1 %", fill=BLUE, font=font)
-    draw.text((x0 + 170, y1 + 16), latency_label, fill=ORANGE, font=font)
+    draw.text((x0 + 40, y1 + 16), top1_label, fill=BLUE, font=font)
+    draw.text((x0 + 200, y1 + 16), latency_label, fill=ORANGE, font=font)
     return np.asarray(img)
 
 
