@@ -293,7 +293,9 @@ class Search(Trainer):
                 f"weights/theta/val = {len(self.splits['weights'])}/{len(self.splits['theta'])}/"
                 f"{len(self.splits['val'])} images, {self.info.world_size} process(es) on "
                 f"{self.device}, batch {cfg.data.batch_size} per process, supernet "
-                f"{cfg.search.supernet}")
+                f"{cfg.search.supernet}, " + (
+                    f"latency budget {self.budget_us / 1000:g} ms" if self.budget_us is not None
+                    else f"loss CE * {cfg.loss.alpha:g} * (log LAT)^{cfg.loss.beta:g}"))
 
     def epoch_extras(self, epoch: int) -> dict:
         ops = self.net.argmax_ops()
