@@ -141,8 +141,8 @@ def calibrate(lut_path, networks, fit, seed, rounds, block_time, runtime, dry_ru
     profile's protocol, in shared rounds together with re-timed table entries; even and odd
     rounds are two independent timings. Prints signed bias, MAPE,
     share within +-10% and Kendall tau for the raw table, the calibrated table (a * sum + b,
-    fitted on --fit networks, scored on the rest) and FLOPs, next to the noise floor (the two
-    timings of the same networks).
+    fitted on --fit networks, scored on the rest) and multiply-adds (MACs, fitted the same
+    way), next to the noise floor (the two timings of the same networks).
 
     \b
     Example:
@@ -388,8 +388,9 @@ def sample(source, hard, target_ms, num, seed, name, out, lut_path, force):
 
     RUN_DIR_OR_CHECKPOINT is a run folder of fbnas train (its checkpoints/last.pt is
     used) or a search checkpoint file (for example a copy of last.pt kept from an earlier
-    epoch). The file holds many named architectures; each records its model definition, predicted latency, FLOPs,
-    params, theta probabilities and the hashes of its checkpoint, lookup table and space.
+    epoch). The file holds many named architectures; each records its model definition,
+    predicted latency, multiply-adds (MACs), params, theta probabilities and the hashes of its
+    checkpoint, lookup table and space.
     With --hard and a latency budget (--target-ms, or the search's own), the architecture
     is the most probable one predicted within the budget, found exactly.
 
@@ -487,13 +488,17 @@ def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_ti
               help="Lookup table for per-layer latency [default: the one the architecture "
                    "records].")
 def summary(arch_path, name, lut_path):
-    """Print an architecture layer by layer: op, output shape, params, FLOPs, table latency.
+    """Print an architecture layer by layer: op, output shape, params, MACs, table latency.
 
-    Shapes come from forward hooks on a built network; FLOPs from torch's flop counter.
+    Shapes come from forward hooks on a built network; MACs (multiply-adds, what papers
+    report, FBNet's "FLOPs" included) from torch's flop counter, which counts 2 per MAC.
+    ARCH is a file, or the name of a bundled architecture: fbnet_a, fbnet_b, fbnet_c (the
+    published FBNets of the fbnet_imagenet space, printed with the paper's figures).
 
     \b
-    Example:
+    Examples:
       fbnas summary runs/search/arch.json --name search_hard
+      fbnas summary fbnet_c
     """
     from fbnas.definition import select
     from fbnas.matching import recorded_lut

@@ -29,8 +29,11 @@ from fbnas.space import load_yaml
 DEFAULT_DATA_DIR = "data/cifar10"
 
 
-def _choices(*values: str, default: str) -> Any:
-    return field(default=default, metadata={"choices": values})
+def _choices(*values: str, default: str,
+             renamed: dict[str, tuple[str, str]] | None = None) -> Any:
+    """A string key taking one of ``values``; ``renamed`` maps a value earlier versions took
+    to (the value that replaced it, why), both said in the error that refuses it."""
+    return field(default=default, metadata={"choices": values, "renamed": renamed or {}})
 
 
 @dataclass
@@ -61,7 +64,12 @@ class SearchConfig:
     per_sample: bool = False  # one Gumbel draw per image instead of per batch
     alternation: str = _choices("epoch", "step", default="epoch")
     accumulate: int = 1  # micro-batches per optimizer step
-    cost: str = _choices("latency", "flops", "params", default="latency")
+    # what LAT is in the paper loss: table latency (us), multiply-adds (MACs) or parameters.
+    # "flops" (2 per multiply-add) was the name before counts were MACs; only a saved config
+    # still says it (see from_saved)
+    cost: str = _choices("latency", "macs", "params", default="latency",
+                         renamed={"flops": ("macs", "compute is counted in multiply-adds, "
+                                                    "as papers report it")})
     eval_mode: str = _choices("argmax", "softmax", default="argmax")
     temperature: TemperatureConfig = field(default_factory=TemperatureConfig)
     # loop: every candidate in turn (the reference); fast: channels_last and fused mixed ops,
@@ -198,6 +206,10 @@ def _coerce(value: Any, tp: Any, key: str, f: dataclasses.Field) -> Any:
         if not isinstance(value, str):
             raise UsageError(f"config key {key} must be a string, got {value!r}")
         choices = f.metadata.get("choices")
+        if value in f.metadata.get("renamed", {}):
+            new, why = f.metadata["renamed"][value]
+            raise UsageError(f"config key {key}: {value!r} is now {new!r} ({why}); use "
+                             f"{key}: {new}")
         if choices and value not in choices:
             raise UsageError(f"config key {key} must be one of {', '.join(choices)}, got {value!r}")
         return value
@@ -291,14 +303,25 @@ def from_dict(values: dict) -> Config:
 # Only saved configs are forgiven; a user's file naming them is refused like any unknown key.
 _RETIRED = {"loss": ("target_exponent",)}
 
+# values that earlier versions wrote into run configs under another name: (section, key) ->
+# {old: new}. search.cost "flops" counted torch's FLOPs, 2 per multiply-add; a resumed run
+# counts its cost in multiply-adds, half of that, so the paper loss's log LAT drops by
+# log 2. A user's file naming an old value is refused with the new name (see _choices).
+_RENAMED = {("search", "cost"): {"flops": "macs"}}
+
 
 def from_saved(values: dict) -> Config:
-    """The config a checkpoint recorded, less the keys this version retired."""
+    """The config a checkpoint recorded, less the keys this version retired and with the
+    values it renamed under their new names."""
     values = copy.deepcopy(values)
     for section, keys in _RETIRED.items():
         if isinstance(values.get(section), dict):
             for k in keys:
                 values[section].pop(k, None)
+    for (section, key), names in _RENAMED.items():
+        part = values.get(section)
+        if isinstance(part, dict) and isinstance(part.get(key), str) and part[key] in names:
+            part[key] = names[part[key]]
     return from_dict(values)
 
 

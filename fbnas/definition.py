@@ -7,15 +7,20 @@ dictionary::
 
 Each entry is a model definition that :class:`fbnas.model.Network` builds (input, stem,
 blocks, head) plus where it came from: the space, the checkpoint and lookup table (with
-hashes), the per-layer theta probabilities and the predicted latency, FLOPs and params. A file
+hashes), the per-layer theta probabilities and the predicted latency, multiply-adds (``macs``;
+files written before counts were MACs hold ``flops``, 2 per multiply-add) and params. A file
 holding one bare definition is read as a file of one architecture, so hand-written
-definitions work everywhere. This module also walks a definition layer by layer
-(:func:`layer_rows`) and compares two of them (:func:`structure_difference`).
+definitions work everywhere. The package ships published networks as such files
+(``fbnas/archs/``, e.g. FBNet-C of the ``fbnet_imagenet`` space), which every command taking
+an architecture file also finds by bare name (``fbnas summary fbnet_c``). This module also
+walks a definition layer by layer (:func:`layer_rows`) and compares two of them
+(:func:`structure_difference`).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +28,7 @@ from typing import Any
 from fbnas.errors import FbnasError
 from fbnas.io import read_json, write_json
 from fbnas.ops import out_size
+from fbnas.resources import JSON_SUFFIXES, bundled, names_a_file
 
 SCHEMA = "fbnas.arch/1"
 CORE_KEYS = ("input", "stem", "blocks", "head")
@@ -43,13 +49,26 @@ def _check_file_dict(data: Any, where: str) -> dict:
     return data
 
 
+def bundled_archs() -> dict[str, Any]:
+    """Names of the architecture files that ship in fbnas/archs, mapped to their files."""
+    return bundled("archs", JSON_SUFFIXES)
+
+
 def read_arch_file(path: str | Path) -> dict:
     """Read an architecture file: ``{"schema", "architectures": {name: definition}}``.
 
     A file holding one bare model definition (with 'blocks' at the top) is accepted too and
-    returned wrapped, so hand-written definitions work everywhere a file does.
+    returned wrapped, so hand-written definitions work everywhere a file does. A bare name
+    that is no file here (no folder, no ``.json``) names a bundled architecture file.
     """
-    data = read_json(path, "architecture file")
+    if not names_a_file(path, suffixes=JSON_SUFFIXES):
+        archs = bundled_archs()
+        if str(path) not in archs:
+            raise FbnasError(f"architecture file {path} does not exist, and no bundled "
+                             f"architecture has that name ({', '.join(archs) or 'none'})")
+        data = json.loads(archs[str(path)].read_text(encoding="utf-8"))
+    else:
+        data = read_json(path, "architecture file")
     if isinstance(data, dict) and "architectures" not in data and "blocks" in data:
         nm = data.get("name") if isinstance(data.get("name"), str) else Path(path).stem
         return {"schema": SCHEMA, "architectures": {nm: data}}

@@ -33,7 +33,7 @@ def paper_loss(ce: torch.Tensor, cost: torch.Tensor, alpha: float = 0.2,
         raise FbnasError(
             f"the expected cost is {float(cost.min()):.4g}, so log(cost) is not positive and "
             "CE * alpha * log(cost)^beta is undefined; costs must be in units where every "
-            "network costs more than 1 (latency in microseconds, FLOPs or parameter counts)")
+            "network costs more than 1 (latency in microseconds, MACs or parameter counts)")
     factor = alpha * torch.log(cost).pow(beta)
     return ce * factor, factor
 

@@ -1,4 +1,10 @@
-"""Latency lookup tables: profiling every candidate at every layer, the file, validation."""
+"""Latency lookup tables: profiling every candidate at every layer, the file, validation.
+
+Next to its latency every entry carries its compute in multiply-adds (``macs``) and its
+parameter count, the units the NAS literature reports (the FBNet paper's "FLOPs" are
+multiply-adds). Tables of the previous schema, which stored torch's FLOPs (2 per
+multiply-add), are read and converted by :func:`upgrade`.
+"""
 
 from __future__ import annotations
 
@@ -22,8 +28,10 @@ from fbnas.runtimes import (DEFAULT_BLOCK_TIME, RUNTIMES, UNRECORDED_RUNTIME, Ru
 from fbnas.space import Layer, SearchSpace
 from fbnas.timing import cpu_model, environment, measure_rounds, protocol, set_threads
 
-SCHEMA = "fbnas.lut/1"
-METRICS = ("latency", "flops", "params")
+SCHEMA = "fbnas.lut/2"
+#: the schema before entries counted multiply-adds; :func:`upgrade` converts it on load
+PREVIOUS_SCHEMA = "fbnas.lut/1"
+METRICS = ("latency", "macs", "params")
 
 
 @dataclass(frozen=True)
@@ -92,11 +100,19 @@ def arch_entries(space: SearchSpace, ops: list[str], batch: int) -> list[EntrySp
 
 
 def count_cost(module: nn.Module, x: torch.Tensor) -> tuple[int, int]:
-    """(FLOPs, parameters) of one forward pass, by torch's own flop counter."""
+    """(multiply-adds, parameters) of one forward pass of ``module`` on ``x``.
+
+    Multiply-adds (MACs) are what papers compare networks by, FBNet's "FLOPs" included.
+    They come from torch's own flop counter, which counts every convolution and matrix
+    product (the classifier) at exactly 2 FLOPs per multiply-add and nothing else (batch
+    norm, activations, pooling and residual additions are free), so half its count is the
+    exact number of multiply-adds: for a KxK convolution with G groups, C_in -> C_out on an
+    H_out x W_out output, N * H_out * W_out * C_out * (C_in / G) * K * K.
+    """
     module.eval()
     with torch.inference_mode(), FlopCounterMode(display=False) as counter:
         module(x)
-    return int(counter.get_total_flops()), sum(p.numel() for p in module.parameters())
+    return int(counter.get_total_flops()) // 2, sum(p.numel() for p in module.parameters())
 
 
 def entry_runners(runtime: Runtime, space: SearchSpace, specs: dict[str, EntrySpec]
@@ -191,8 +207,8 @@ def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: 
 
     entries = {}
     for key, spec in specs.items():
-        flops, params = costs[key]
-        entries[key] = {**spec.fields(), **stats[key], "flops": flops, "params": params}
+        macs, params = costs[key]
+        entries[key] = {**spec.fields(), **stats[key], "macs": macs, "params": params}
     return {
         "schema": SCHEMA,
         "space": {"name": space.name, "hash": space.hash, "source": source,
@@ -248,25 +264,56 @@ _OPTIONAL = {"environment": {"cpu": _TEXT, "machine": _TEXT},
                          "profile_seconds": _NUMBER}}
 
 
+def upgrade(data: Any, where: str = "lookup table") -> Any:
+    """``data`` in the current schema when it is a table of the previous one, else as it is.
+
+    Schema ``fbnas.lut/1`` stored each entry's ``flops``: torch's flop counter, which counts
+    exactly 2 per multiply-add of every convolution and matrix product and nothing else (see
+    :func:`count_cost`), so ``macs = flops / 2`` is exact and loses nothing. Only the schema
+    and that field change, the field keeping its place in the entry; timings, metadata and
+    the calibration stay as they were (a line fitted to MACs is the one fitted to FLOPs, so a
+    stored fidelity report, whose key still says ``flops_calibrated_test``, holds as well).
+    ``data`` itself is not modified. A count that counter cannot have written (odd, negative
+    or not an integer) is refused rather than halved.
+    """
+    if not isinstance(data, dict) or data.get("schema") != PREVIOUS_SCHEMA \
+            or not isinstance(data.get("entries"), dict):
+        return data  # the current schema, or something validation refuses with its reason
+    entries = {}
+    for key, e in data["entries"].items():
+        if isinstance(e, dict):
+            flops = e.get("flops")
+            if not _count(flops, 0) or flops % 2:
+                raise FbnasError(f"{where}: entry {key} has a bad flops: {flops!r} (a "
+                                 f"{PREVIOUS_SCHEMA} table holds torch's FLOP counts, an even "
+                                 "integer: 2 per multiply-add); re-run fbnas profile")
+            e = {("macs" if k == "flops" else k): (v // 2 if k == "flops" else v)
+                 for k, v in e.items()}
+        entries[key] = e
+    return {**data, "schema": SCHEMA, "entries": entries}
+
+
 class LUT:
-    """A loaded, validated lookup table."""
+    """A loaded, validated lookup table (a table of the previous schema is upgraded first)."""
 
     def __init__(self, data: dict, path: str | Path | None = None):
-        self.data = data
         self.path = Path(path) if path else None
+        self.data = upgrade(data, self._where())
         self._validate()
 
+    def _where(self) -> str:
+        return f"lookup table {self.path}" if self.path else "lookup table"
+
     def _err(self, msg: str) -> FbnasError:
-        where = f"lookup table {self.path}" if self.path else "lookup table"
-        return FbnasError(f"{where}: {msg}")
+        return FbnasError(f"{self._where()}: {msg}")
 
     def _validate(self) -> None:
         d = self.data
         if not isinstance(d, dict):
             raise self._err("top level must be a JSON object")
         if d.get("schema") != SCHEMA:
-            raise self._err(f"schema is {d.get('schema')!r}, this fbnas reads {SCHEMA!r}; "
-                            "re-run fbnas profile")
+            raise self._err(f"schema is {d.get('schema')!r}, this fbnas reads {SCHEMA!r} (and "
+                            f"{PREVIOUS_SCHEMA!r}); re-run fbnas profile")
         for key in ("space", "environment", "protocol", "entries", "layers", "fixed"):
             if key not in d:
                 raise self._err(f"missing the '{key}' section (truncated or hand-edited?)")
@@ -280,7 +327,7 @@ class LUT:
             raise self._err("'entries' and 'fixed' must be objects and 'layers' a list")
         for key, e in entries.items():
             self._check_fields(e, "entry", f"entry {key}")
-            for field in ("median", "iqr", "min", "runs", "flops", "params"):
+            for field in ("median", "iqr", "min", "runs", "macs", "params"):
                 ok = _positive(e.get(field), allow_zero=field not in ("median", "min", "runs"))
                 if not ok:
                     raise self._err(f"entry {key} has a bad {field}: {e.get(field)!r} "

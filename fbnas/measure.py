@@ -1,4 +1,4 @@
-"""Measuring a built network: whole-network latency, and per-layer shapes, params and FLOPs.
+"""Measuring a built network: whole-network latency, and per-layer shapes, params and MACs.
 
 Latency is measured with the profiling protocol of :mod:`fbnas.timing` (explicit threads,
 warm-up, drift-corrected rounds of short timed blocks) in the runtime the lookup table was
@@ -116,11 +116,12 @@ class LayerStat:
     row: Row
     out_shape: tuple[int, ...]
     params: int
-    flops: int
+    macs: int  # multiply-adds (see fbnas.lut.count_cost)
 
 
 def layer_stats(defn: dict, batch: int = 1) -> list[LayerStat]:
-    """Per stem/block/head: output shape (forward hooks), params and FLOPs of one forward."""
+    """Per stem/block/head: output shape (forward hooks), params and multiply-adds (MACs) of
+    one forward."""
     import torch
 
     from fbnas.lut import count_cost
@@ -141,6 +142,6 @@ def layer_stats(defn: dict, batch: int = 1) -> list[LayerStat]:
     stats = []
     for i, (row, m) in enumerate(zip(layer_rows(defn), modules)):
         x, shape = seen[i]
-        flops, params = count_cost(m, x)
-        stats.append(LayerStat(row, shape, params, flops))
+        macs, params = count_cost(m, x)
+        stats.append(LayerStat(row, shape, params, macs))
     return stats

@@ -1,9 +1,13 @@
 """Text reports of architectures: aligned plain-text tables for the terminal.
 
 What ``fbnas sample`` prints (one architecture per stage, or draws ranked by predicted
-latency) and what ``fbnas summary`` prints (per-layer output shape, params, FLOPs and table
-latency). Only formatting lives here; figures come from the entry, the lookup table
+latency) and what ``fbnas summary`` prints (per-layer output shape, params, multiply-adds and
+table latency). Only formatting lives here; figures come from the entry, the lookup table
 (:mod:`fbnas.matching`) and one forward pass (:mod:`fbnas.measure`).
+
+Compute is printed as multiply-adds, "MACs", the unit papers compare networks by (the FBNet
+paper's "FLOPs" are multiply-adds); a FLOPs figure, where one is printed, says "FLOPs (2 per
+MAC)".
 """
 
 from __future__ import annotations
@@ -31,6 +35,21 @@ def human(n: float) -> str:
         if abs(n) >= div:
             return f"{n / div:.2f}{unit}"
     return f"{n:.0f}"
+
+
+def predicted_macs(pred: dict) -> float | None:
+    """The multiply-adds an entry's ``predicted`` record holds: ``macs``, or half the
+    ``flops`` of files written before counts were MACs (torch's FLOPs, 2 per multiply-add)."""
+    for key, scale in (("macs", 1), ("flops", 0.5)):
+        v = pred.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return v * scale
+    return None
+
+
+def _macs_text(pred: dict) -> str:
+    macs = predicted_macs(pred)
+    return "-" if macs is None else human(macs)
 
 
 def format_entry(entry: dict, lut=None) -> str:
@@ -61,7 +80,7 @@ def format_entry(entry: dict, lut=None) -> str:
         how = (f"calibrated; table sum {pred['table_sum_us']:.1f} us" if pred.get("calibrated")
                else "uncalibrated table sum")
         lines.append(f"predicted latency {pred['latency_us']:.1f} us ({how}, batch "
-                     f"{pred.get('batch')}), {human(pred['flops'])} FLOPs, "
+                     f"{pred.get('batch')}), {_macs_text(pred)} MACs, "
                      f"{human(pred['params'])} params")
     how = entry.get("sampling") if isinstance(entry.get("sampling"), dict) else {}
     budget, prob = how.get("target_ms"), entry.get("probability")
@@ -86,12 +105,12 @@ def format_ranked(entries: list[dict], num: int, seed: int) -> str:
     rows = []
     for rank, e in enumerate(entries, 1):
         pr = e["predicted"]
-        rows.append([str(rank), e["name"], f"{pr['latency_us']:.1f}", human(pr["flops"]),
+        rows.append([str(rank), e["name"], f"{pr['latency_us']:.1f}", _macs_text(pr),
                      human(pr["params"]), f"{e['probability']:.2e}",
                      str(e["sampling"].get("times_drawn", 1)), stage_ops(e)])
     head = (f"{num} draw(s) from softmax(theta) with seed {seed}: {len(entries)} distinct, "
             "fastest predicted first")
-    return head + "\n" + table(["rank", "name", "latency us", "FLOPs", "params", "p(theta)",
+    return head + "\n" + table(["rank", "name", "latency us", "MACs", "params", "p(theta)",
                                 "drawn", "ops by stage"], rows, right={0, 2, 3, 4, 5, 6})
 
 
@@ -106,17 +125,22 @@ def format_summary(defn: dict, lut=None) -> str:
         lat = f"{lats[i]:.1f}" if lats else "-"
         share = f"{100 * lats[i] / total_lat:.0f}%" if lats else "-"
         rows.append([s.row.label, s.row.op, "x".join(map(str, s.out_shape)), f"{s.params:,}",
-                     human(s.flops), lat, share])
+                     human(s.macs), lat, share])
     tp = sum(s.params for s in stats)
-    tf = sum(s.flops for s in stats)
-    rows.append(["total", "", "", f"{tp:,}", human(tf), f"{total_lat:.1f}" if lats else "-",
+    tm = sum(s.macs for s in stats)
+    rows.append(["total", "", "", f"{tp:,}", human(tm), f"{total_lat:.1f}" if lats else "-",
                  "100%" if lats else "-"])
     sp = defn.get("space") if isinstance(defn.get("space"), dict) else {}
     inp = defn["input"]
     shape = f"{batch}x{inp['channels']}x{inp['resolution']}x{inp['resolution']}"
     lines = [f"architecture {defn.get('name')} (space {sp.get('name', '?')}), input {shape}",
-             table(["layer", "op", "output", "params", "FLOPs", "table us", "share"], rows,
-                   right={3, 4, 5, 6})]
+             table(["layer", "op", "output", "params", "MACs", "table us", "share"], rows,
+                   right={3, 4, 5, 6}),
+             f"network: {human(tm)} MACs (multiply-adds), {human(tp)} params; "
+             f"{human(2 * tm)} FLOPs (2 per MAC)"]
+    pub = published_text(defn)
+    if pub:
+        lines.append(pub)
     if lut is not None:
         ops = match_lut(defn, lut, defn.get("name", "the architecture"))
         cal = lut.calibration
@@ -127,3 +151,25 @@ def format_summary(defn: dict, lut=None) -> str:
     else:
         lines.append("no lookup table: pass --lut PATH for per-layer latencies")
     return "\n".join(lines)
+
+
+def published_text(defn: dict) -> str | None:
+    """The figures a definition's ``published`` record gives (a published network: its
+    paper's multiply-adds and params, and how this definition differs), or None."""
+    pub = defn.get("published")
+    if not isinstance(pub, dict):
+        return None
+
+    def number(key):
+        v = pub.get(key)
+        return v if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+    macs, params = number("macs"), number("params")
+    source, note = pub.get("source"), pub.get("note")
+    parts = ["published" + (f": {source}" if isinstance(source, str) and source else "")]
+    if macs:
+        parts.append(f"{macs / 1e6:.0f}M MACs")
+    if params:
+        parts.append(f"{params / 1e6:.1f}M params")
+    text = ", ".join(parts)
+    return f"{text}; {note}" if isinstance(note, str) and note else text

@@ -5,7 +5,7 @@ most probable candidate of every layer (``--hard``) or draws several architectur
 distributions and keeps the best; with a latency budget, ``--hard`` takes the most probable
 architecture predicted within it (:mod:`fbnas.budget`). All become entries that record, next
 to the model definition, where they came from (checkpoint, table, hashes), the per-layer
-probabilities and the table's predicted latency, FLOPs and params.
+probabilities and the table's predicted latency, multiply-adds (MACs) and params.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def make_entry(ck: SearchCheckpoint, lut, ops: list[str], name: str, sampling: d
             "latency_us": round(lut.predict(ops), 3),
             "calibrated": cal,
             "table_sum_us": round(lut.raw_sum(ops), 3),
-            "flops": int(lut.raw_sum(ops, "flops")),
+            "macs": int(lut.raw_sum(ops, "macs")),
             "params": int(lut.raw_sum(ops, "params")),
             "batch": lut.batch,
             "threads": lut.threads,

@@ -63,11 +63,12 @@ def search_loss(cfg: Config, ce: torch.Tensor, cost: torch.Tensor
 
 
 def format_cost(value: float, metric: str) -> str:
+    """A cost of ``search.cost``'s metric in its unit: "0.466 ms", "385.0M MACs"."""
     if metric == "latency":
         return f"{value / 1000:.3f} ms"
-    if metric == "flops":
-        return f"{value / 1e6:.1f} MFLOPs"
-    return f"{value / 1e6:.3f} M params"
+    if metric == "macs":
+        return f"{value / 1e6:.1f}M MACs"
+    return f"{value / 1e6:.3f}M params"
 
 
 class Search(Trainer):

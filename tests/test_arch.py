@@ -105,7 +105,7 @@ def test_hard_sample_writes_self_describing_definition(tmp_path, space, lut_path
     lut = load_lut(lut_path)
     assert e["predicted"]["latency_us"] == pytest.approx(lut.predict(HARD), abs=1e-2)
     assert e["predicted"]["calibrated"] is False
-    assert e["predicted"]["flops"] == lut.raw_sum(HARD, "flops")
+    assert e["predicted"]["macs"] == lut.raw_sum(HARD, "macs")
     assert e["predicted"]["params"] == lut.raw_sum(HARD, "params")
     assert e["space"] == {"name": "tiny", "hash": space.hash}
     assert e["source"]["checkpoint_hash"] == file_hash(run / "checkpoints" / "last.pt")
@@ -322,7 +322,7 @@ def test_summary_per_layer_table(arch_file, lut_path):
     key = lut.data["layers"][0]["candidates"][HARD[0]]
     assert f"{lut.entry(key)['median']:.1f}" in rows["0"]
     from fbnas.measure import layer_stats
-    assert sum(s.flops for s in layer_stats(e)) == lut.raw_sum(HARD, "flops")
+    assert sum(s.macs for s in layer_stats(e)) == lut.raw_sum(HARD, "macs")
 
 
 def test_latency_measured_vs_predicted(arch_file, lut_path):

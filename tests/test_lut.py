@@ -18,7 +18,7 @@ def test_profile_covers_every_layer_and_candidate_once(tiny_lut_data):
     for e in tiny_lut_data["entries"].values():
         assert e["median"] > 0 and e["iqr"] >= 0 and e["min"] > 0 and e["runs"] >= 1
     by_op = {e["op"]: e for e in tiny_lut_data["entries"].values() if e["kind"] == "op"}
-    assert by_op["k3_e3"]["flops"] > by_op["k3_e1"]["flops"] > 0
+    assert by_op["k3_e3"]["macs"] > by_op["k3_e1"]["macs"] > 0
     assert tiny_lut_data["environment"]["threads"] == 1
     assert tiny_lut_data["protocol"]["unit"] == "us"
     assert tiny_lut_data["schema"] == SCHEMA
@@ -102,14 +102,14 @@ def load_lut_from_space(name):
         cand = layer_entries(layer, 1)
         for spec in cand.values():
             entries[spec.key] = {**spec.fields(), "median": 1.0, "iqr": 0.0, "min": 1.0,
-                                 "runs": 1, "flops": 1, "params": 0}
+                                 "runs": 1, "macs": 1, "params": 0}
         layers.append({"index": layer.index, "c_in": layer.c_in, "c_out": layer.c_out,
                        "stride": layer.stride, "h": layer.h, "w": layer.w,
                        "candidates": {op: s.key for op, s in cand.items()}})
     fixed = fixed_entries(space, 1)
     for spec in fixed.values():
         entries[spec.key] = {**spec.fields(), "median": 1.0, "iqr": 0.0, "min": 1.0, "runs": 1,
-                             "flops": 1, "params": 0}
+                             "macs": 1, "params": 0}
     return LUT({"schema": SCHEMA, "space": {"name": name, "hash": space.hash,
                                             "definition": space.raw},
                 "environment": {"threads": 1}, "protocol": {"batch": 1}, "entries": entries,

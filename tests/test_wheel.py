@@ -1,5 +1,6 @@
 """The package as a user installs it: build the wheel, install it into a fresh environment,
-and run `fbnas profile --space tiny` from a folder outside the checkout.
+and run `fbnas profile --space tiny` and `fbnas summary fbnet_c` from a folder outside the
+checkout.
 
 The fresh environment gets fbnas from the wheel only; its dependencies (torch and the rest)
 come from this interpreter's site-packages through a .pth file, so nothing is downloaded.
@@ -54,7 +55,8 @@ def test_wheel_installs_and_profiles_from_another_folder(tmp_path):
     assert wheel.name == f"fbnas-{fbnas.__version__}-py3-none-any.whl"
     names = zipfile.ZipFile(wheel).namelist()
     for f in ("fbnas/spaces/tiny.yaml", "fbnas/spaces/fbnet_cifar.yaml",
-              "fbnas/configs/tiny.yaml", "fbnas/configs/fbnet_cifar.yaml"):
+              "fbnas/configs/tiny.yaml", "fbnas/configs/fbnet_cifar.yaml",
+              "fbnas/archs/fbnet_a.json", "fbnas/archs/fbnet_b.json", "fbnas/archs/fbnet_c.json"):
         assert f in names, f
 
     env_dir = tmp_path / "fresh"
@@ -79,6 +81,9 @@ def test_wheel_installs_and_profiles_from_another_folder(tmp_path):
     table = json.loads((work / "tiny.json").read_text())
     assert table["space"]["name"] == "tiny" and len(table["layers"]) == 4
     assert "fastest non-skip" in r.stdout
+    # a bundled architecture by name
+    r = sh(fbnas_script, "summary", "fbnet_c", cwd=work, env=env)
+    assert "MACs" in r.stdout and "published: FBNet-C" in r.stdout
     # a bundled config by name, and without data the one-line question for --data-dir
     r = sh(fbnas_script, "train", "--config", "tiny", "--lut", "tiny.json", "--out", "run",
            cwd=work, env=env, ok=False)
