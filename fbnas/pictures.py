@@ -1,35 +1,40 @@
-"""Pictures of a search: softmax(theta) as a heatmap, and latency and accuracy over epochs.
+"""Pictures of a search: softmax(theta) as a heatmap, and accuracy and latency over epochs.
 
-Both are drawn with Pillow (which torchvision already depends on) into uint8 RGB arrays, so
-the same picture goes to TensorBoard (``add_image``) and to a PNG in the run directory
-without a plotting library. Files are written atomically.
+Both are matplotlib figures, so the same figure goes to TensorBoard (``add_figure``) and to
+a PNG in the run directory, with real axes, ticks and a colour scale. Each figure is a
+``matplotlib.figure.Figure`` on its own Agg canvas rather than a pyplot figure: nothing
+needs a display or picks a GUI backend, nothing changes pyplot's global state for the code
+around it, and a figure is freed once dropped instead of piling up in pyplot's registry
+over a long run. PNGs are written atomically.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Sequence
 
+import matplotlib
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
 
 from fbnas.io import atomic_write
 
-CELL_W, CELL_H = 56, 18
-MARGIN_LEFT, MARGIN_TOP = 56, 34
-ENTROPY_W = 48  # the column right of the cells that prints each layer's entropy
-WHITE, BLACK, GREY = (255, 255, 255), (0, 0, 0), (150, 150, 150)
-BLUE, ORANGE = (31, 119, 180), (230, 120, 20)
+DPI = 100
+SUPERNET, FOUND, COST, BUDGET = "#1f77b4", "#2ca02c", "#e6781e", "#d62728"
+ARGMAX = "#e6781e"  # the outline of each layer's most probable candidate
+MISSING = "#d9d9d9"  # a candidate the layer does not have
 
 
-def _font():
-    return ImageFont.load_default()
-
-
-def _cell_colour(p: float) -> tuple[int, int, int]:
-    """White (p = 0) to dark blue (p = 1)."""
-    p = min(max(p, 0.0), 1.0)
-    return tuple(int(round(w + (b - w) * p)) for w, b in zip(WHITE, (8, 48, 107)))
+def _figure(width: float, height: float) -> Figure:
+    """A figure (size in inches) on an Agg canvas, laid out by the constrained layout
+    engine so that labels, colour bar and legend never overlap whatever the size."""
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
 
 
 def relative_entropy(p: Sequence[float]) -> float:
@@ -44,97 +49,137 @@ def relative_entropy(p: Sequence[float]) -> float:
 
 
 def theta_heatmap(probs: Sequence[Sequence[float]], candidates: Sequence[Sequence[str]],
-                  title: str = "") -> np.ndarray:
-    """Layers (rows) x candidates (columns) of softmax(theta) as an H x W x 3 uint8 image.
+                  title: str = "") -> Figure:
+    """Layers (rows) x candidates (columns) of softmax(theta), with a colour scale from 0 to 1.
 
     Layers may have different candidate lists: the columns are the union, in first-seen
-    order, and a candidate a layer lacks is drawn grey. Each layer's largest probability is
-    printed in its cell and outlined. Right of each row, how decided the layer is: its
-    entropy as a share of the uniform distribution's ("H 0.00" settled on one candidate,
-    "H 1.00" undecided).
+    order, and a candidate a layer lacks is a grey cell. Each layer's most probable
+    candidate is outlined and its probability printed in the cell, since that is the
+    operation ``fbnas sample --hard`` picks. Right of each row, how decided the layer is:
+    its entropy as a share of a uniform layer's (0.00 settled on one candidate, 1.00
+    undecided), which a colour alone does not tell once probabilities spread over many
+    candidates.
     """
     columns: list[str] = []
     for row in candidates:
         columns += [c for c in row if c not in columns]
     rows = len(probs)
-    width = MARGIN_LEFT + CELL_W * max(1, len(columns)) + ENTROPY_W + 8
-    height = MARGIN_TOP + CELL_H * max(1, rows) + 8
-    img = Image.new("RGB", (width, height), WHITE)
-    draw = ImageDraw.Draw(img)
-    font = _font()
-    if title:
-        draw.text((4, 2), title, fill=BLACK, font=font)
-    x_entropy = MARGIN_LEFT + CELL_W * max(1, len(columns)) + 6
-    for j, name in enumerate(columns):
-        draw.text((MARGIN_LEFT + j * CELL_W + 3, MARGIN_TOP - 14), name, fill=BLACK, font=font)
-    draw.text((x_entropy, MARGIN_TOP - 14), "entropy", fill=BLACK, font=font)
+    grid = np.ma.masked_all((max(1, rows), max(1, len(columns))))
+    best: list[tuple[int, float]] = []  # per layer: the argmax column and its probability
     for i, (p, names) in enumerate(zip(probs, candidates)):
-        y0 = MARGIN_TOP + i * CELL_H
-        draw.text((4, y0 + 3), f"layer {i}", fill=BLACK, font=font)
-        values = [float(v) for v in p]
-        best = int(np.argmax(values)) if values else -1
-        draw.text((x_entropy, y0 + 3), f"H {relative_entropy(values):.2f}", fill=BLACK,
-                  font=font)
-        for j, name in enumerate(columns):
-            x0 = MARGIN_LEFT + j * CELL_W
-            box = (x0, y0, x0 + CELL_W - 1, y0 + CELL_H - 1)
-            if name not in names:
-                draw.rectangle(box, fill=(220, 220, 220))
-                continue
-            k = list(names).index(name)
-            v = values[k]
-            draw.rectangle(box, fill=_cell_colour(v))
-            if k == best:
-                draw.rectangle(box, outline=ORANGE, width=2)
-                draw.text((x0 + 4, y0 + 3), f"{v:.2f}", fill=WHITE if v > 0.5 else BLACK,
-                          font=font)
-    return np.asarray(img)
+        cells = [(columns.index(name), float(v)) for name, v in zip(names, p)]
+        for j, v in cells:
+            grid[i, j] = v
+        best.append(max(cells, key=lambda c: c[1]) if cells else (-1, 0.0))
+
+    fig = _figure(2.2 + 0.78 * max(1, len(columns)), 1.5 + 0.3 * max(1, rows))
+    ax = fig.add_subplot()
+    cmap = matplotlib.colormaps["Blues"].with_extremes(bad=MISSING)
+    image = ax.imshow(grid, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto",
+                      interpolation="nearest")
+    ax.set_xticks(range(len(columns)), columns, fontsize=8)
+    ax.xaxis.tick_top()
+    ax.tick_params(axis="x", length=0, pad=3)
+    ax.set_yticks(range(rows), [f"layer {i}" for i in range(rows)], fontsize=8)
+    ax.tick_params(axis="y", length=0)
+    # thin white lines between the cells
+    ax.set_xticks(np.arange(-0.5, max(1, len(columns))), minor=True)
+    ax.set_yticks(np.arange(-0.5, max(1, rows)), minor=True)
+    ax.tick_params(which="minor", length=0)
+    ax.grid(which="minor", color="white", linewidth=1)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    for i, (j, v) in enumerate(best):
+        if j < 0:
+            continue
+        ax.add_patch(Rectangle((j - 0.46, i - 0.44), 0.92, 0.88, fill=False,
+                               edgecolor=ARGMAX, linewidth=1.8, gid="argmax"))
+        ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=8,
+                color="white" if v > 0.5 else "black")
+    entropy = ax.secondary_yaxis("right")
+    entropy.set_yticks(range(rows), [f"{relative_entropy(p):.2f}" for p in probs],
+                       fontsize=8)
+    entropy.tick_params(length=0)
+    entropy.spines["right"].set_visible(False)
+    ax.annotate("entropy", xy=(1, 1), xycoords="axes fraction", xytext=(3, 3),
+                textcoords="offset points", ha="left", va="bottom", fontsize=8)
+    note = "outlined: each layer's argmax; entropy: relative to a uniform layer (0 decided, " \
+           "1 undecided)"
+    if any(np.ma.getmaskarray(grid)[:rows].ravel()):
+        note += "; grey: not a candidate of the layer"
+    ax.set_xlabel(note, fontsize=7, color="#555555")
+    bar = fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02, aspect=max(10, 2.5 * rows),
+                       ticks=np.linspace(0.0, 1.0, 6))
+    bar.set_label("softmax(theta)", fontsize=9)
+    bar.ax.tick_params(labelsize=8)
+    if title:
+        ax.set_title(title, fontsize=10, pad=6)
+    return fig
+
+
+def _values(seq: Sequence[float | None] | None) -> np.ndarray:
+    """A series with None as NaN, which matplotlib leaves as a gap in the line."""
+    return np.array([math.nan if v is None else float(v) for v in (seq or [])], dtype=float)
 
 
 def progress_chart(epochs: Sequence[int], top1: Sequence[float | None],
-                   latency_ms: Sequence[float | None], title: str = "",
-                   latency_label: str = "found net latency ms",
-                   top1_label: str = "supernet val top-1 %") -> np.ndarray:
-    """Val top-1 (blue, left axis, %) and the found architecture's cost (orange, right axis)
-    over epochs, as an H x W x 3 uint8 image."""
-    w, h, left, right, top, bottom = 520, 260, 48, 56, 24, 30
-    img = Image.new("RGB", (w, h), WHITE)
-    draw = ImageDraw.Draw(img)
-    font = _font()
-    draw.text((4, 4), title or "search progress", fill=BLACK, font=font)
-    x0, x1, y0, y1 = left, w - right, top, h - bottom
-    draw.rectangle((x0, y0, x1, y1), outline=GREY)
-    n = len(epochs)
-    first, last = (epochs[0], epochs[-1]) if n else (0, 1)
+                   latency: Sequence[float | None], title: str = "",
+                   latency_label: str = "found net latency (ms)",
+                   top1_label: str = "supernet val top-1 (%)",
+                   found_top1: Sequence[float | None] | None = None,
+                   found_top1_label: str = "found net val top-1 (%)",
+                   budget: float | None = None, budget_unit: str = "") -> Figure:
+    """Val top-1 (left axis, %) and the found network's cost (right axis, in the unit of
+    ``latency_label``) over the epochs.
 
-    def x_of(e: float) -> float:
-        return x0 + (x1 - x0) * ((e - first) / (last - first) if last > first else 0.5)
+    ``top1`` is the supernet's score, ``found_top1`` (optional) the found network's on the
+    same split; ``budget`` (optional, in the cost's unit, ``budget_unit`` for its legend
+    entry) is drawn as a dashed line, so a run searching under a latency budget shows how
+    close the found network sits to it.
+    None marks a value an epoch did not record: it leaves a gap, and a series with no value
+    at all is left out.
+    """
+    x = np.asarray(list(epochs), dtype=float)
+    fig = _figure(7.5, 4.2)
+    ax = fig.add_subplot()
+    right = ax.twinx()
+    handles = []
+    accs = []
+    dot = 4 if x.size <= 30 else 1.5  # markers, still showing a lone value between gaps
+    for values, colour, marker, label in ((top1, SUPERNET, "o", top1_label),
+                                          (found_top1, FOUND, "s", found_top1_label)):
+        y = _values(values)
+        if y.size and not np.isnan(y).all():
+            handles += ax.plot(x, y, color=colour, marker=marker, markersize=dot, linewidth=1.8,
+                               label=label)
+            accs.append(float(np.nanmax(y)))
+    cost = _values(latency)
+    if cost.size and not np.isnan(cost).all():
+        handles += right.plot(x, cost, color=COST, marker="^", markersize=dot, linewidth=1.8,
+                              label=latency_label)
+    if budget is not None:
+        handles.append(right.axhline(budget, color=BUDGET, linestyle="--", linewidth=1.2,
+                                     label=f"budget {budget:g} {budget_unit}".rstrip()))
+    right.margins(y=0.15)
+    ax.set_ylim(0.0, min(100.0, max(accs) * 1.15) if accs and max(accs) > 0 else 100.0)
 
-    def series(values, colour, lo, hi, side):
-        pts = [(x_of(e), y1 - (y1 - y0) * ((v - lo) / (hi - lo) if hi > lo else 0.5))
-               for e, v in zip(epochs, values) if v is not None]
-        if len(pts) > 1:
-            draw.line(pts, fill=colour, width=2)
-        for px, py in pts:
-            draw.ellipse((px - 2, py - 2, px + 2, py + 2), fill=colour)
-        tx = 4 if side == "left" else x1 + 4
-        draw.text((tx, y0), f"{hi:.3g}", fill=colour, font=font)
-        draw.text((tx, y1 - 10), f"{lo:.3g}", fill=colour, font=font)
-
-    accs = [v for v in top1 if v is not None]
-    series(top1, BLUE, 0.0, max(100.0 if not accs else max(accs) * 1.1, 1e-6), "left")
-    lats = [v for v in latency_ms if v is not None]
-    if lats:
-        lo, hi = min(lats), max(lats)
-        pad = 0.1 * (hi - lo) or 0.05 * hi or 1.0
-        series(latency_ms, ORANGE, max(0.0, lo - pad), hi + pad, "right")
-    draw.text((x0, y1 + 4), f"epoch {first}", fill=BLACK, font=font)
-    draw.text((x1 - 50, y1 + 4), f"epoch {last}", fill=BLACK, font=font)
-    draw.text((x0 + 40, y1 + 16), top1_label, fill=BLUE, font=font)
-    draw.text((x0 + 200, y1 + 16), latency_label, fill=ORANGE, font=font)
-    return np.asarray(img)
+    ax.set_xlabel("epoch", fontsize=9)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    if x.size and x.min() == x.max():  # one epoch: a little room either side of its point
+        ax.set_xlim(x.min() - 0.5, x.max() + 0.5)
+    ax.set_ylabel("val top-1 (%)", fontsize=9)
+    right.set_ylabel(latency_label, fontsize=9, color=COST)
+    right.tick_params(axis="y", colors=COST, labelsize=8)
+    ax.tick_params(labelsize=8)
+    ax.grid(True, color="#e0e0e0", linewidth=0.8)
+    ax.set_axisbelow(True)
+    ax.set_title(title or "search progress", fontsize=10)
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", ncols=len(handles),
+                   fontsize=8, frameon=False)
+    return fig
 
 
-def write_png(path: str | Path, image: np.ndarray) -> None:
-    """Write an H x W x 3 uint8 array as a PNG, atomically."""
-    atomic_write(path, lambda p: Image.fromarray(image).save(p, format="PNG"))
+def write_png(path: str | Path, figure: Figure) -> None:
+    """Write a figure as a PNG, atomically."""
+    atomic_write(path, lambda p: figure.savefig(p, format="png", dpi=DPI))

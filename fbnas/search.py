@@ -345,22 +345,28 @@ class Search(Trainer):
         w.add_text("argmax_architecture", "\n".join(rows), step)
 
     def _draw(self, epoch: int, probs: list[torch.Tensor]) -> None:
-        """softmax(theta) as a heatmap, and val top-1 and argmax cost over the epochs, to
-        TensorBoard and as PNGs in RUN_DIR/pictures/."""
+        """softmax(theta) as a heatmap, and val top-1 and the found network's cost over the
+        epochs, as PNGs in RUN_DIR/pictures/ and as figures in TensorBoard."""
         names = [list(layer.candidates) for layer in self.net.layers]
         heat = theta_heatmap([p.tolist() for p in probs], names,
                              f"softmax(theta) after epoch {epoch + 1}")
         h = self.history
-        scale, unit = ((1e-3, "ms") if self.cfg.search.cost == "latency" else (1e-6, "M"))
+        metric = self.cfg.search.cost
+        scale, unit = {"latency": (1e-3, "latency (ms)"), "macs": (1e-6, "MACs (millions)")
+                       }.get(metric, (1e-6, f"{metric} (millions)"))
+        budgets = [r["budget_ms"] for r in h if "budget_ms" in r]
         chart = progress_chart([r["epoch"] for r in h], [r.get("val_top1") for r in h],
                                [r.get("found_cost", r["cost_argmax"]) * scale for r in h],
-                               f"search {self.space.name}",
-                               f"found net {self.cfg.search.cost} ({unit})")
+                               f"search {self.space.name}", f"found net {unit}",
+                               found_top1=[r.get("found_val_top1") for r in h],
+                               budget=budgets[-1] if budgets else None,
+                               budget_unit="ms")
         folder = self.paths.pictures
-        write_png(folder / f"theta_epoch{epoch + 1:03d}.png", heat)
-        write_png(folder / "progress.png", chart)
-        self.writer.add_image("theta_heatmap", heat, epoch + 1, dataformats="HWC")
-        self.writer.add_image("progress", chart, epoch + 1, dataformats="HWC")
+        for tag, fig, path in (("theta_heatmap", heat, folder / f"theta_epoch{epoch + 1:03d}.png"),
+                               ("progress", chart, folder / "progress.png")):
+            write_png(path, fig)
+            self.writer.add_figure(tag, fig, epoch + 1, close=True)
+            fig.clear()
 
     def summary(self, stopped: bool) -> dict:
         ops = self.found_ops()

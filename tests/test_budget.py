@@ -331,5 +331,6 @@ def test_how_decided_each_layer_is():
     assert relative_entropy([0.25] * 4) == pytest.approx(1.0)
     assert 0.0 < relative_entropy([0.7, 0.2, 0.1]) < 1.0
     assert relative_entropy([1.0]) == 0.0
-    img = theta_heatmap([[0.9, 0.1], [0.5, 0.5]], [["a", "b"], ["a", "b"]])
-    assert img.ndim == 3
+    fig = theta_heatmap([[0.9, 0.1], [0.5, 0.5]], [["a", "b"], ["a", "b"]])
+    entropy = fig.axes[0].child_axes[0]  # printed right of each row
+    assert [t.get_text() for t in entropy.get_yticklabels()] == ["0.47", "1.00"]
