@@ -236,6 +236,20 @@ def run_config(config_path, out, resume, force, overrides, download, **keys):
     return cfg
 
 
+def _leave_if_child() -> None:
+    """End a torchrun child process here once its run has finished and said so.
+
+    Its files are written and closed (checkpoints atomically, the log and TensorBoard
+    flushed) and its process group left; what remains is the interpreter's teardown, in
+    which threads torch's distributed runtime leaves behind can abort the process
+    (SIGABRT, "terminate called without an active exception") and turn a finished run into
+    a failure. The launching process skips that teardown for the same reason."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
 def _finite_ms(ctx, param, value):
     """A latency budget must be a finite number (FloatRange lets inf through)."""
     if value is not None and not math.isfinite(value):
@@ -327,6 +341,7 @@ def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overri
                    f"latency is {result['found_cost'] / 1000:.3f} ms"
                    if cfg.search.cost == "latency" else f"done: {result['epochs_done']} epochs")
         click.echo(f"next: fbnas sample {out} --hard")
+    _leave_if_child()
 
 
 @main.command(context_settings=CONTEXT)

@@ -312,7 +312,7 @@ class Search(Trainer):
                   # how decided theta is: the mean over layers of the largest probability
                   "theta_decided": float(np.mean([float(p.max()) for p in probs]))}
         if self.budget_us is not None:
-            record["budget_ms"] = self.budget_us / 1000.0
+            record["budget_ms"] = self.cfg.loss.target_ms
         if self.val_loader is not None:
             ev = self.evaluate(self.val_loader, path=self.net.path_of(ops))
             record["found_val_top1"] = ev["top1"]
