@@ -6,7 +6,6 @@ import copy
 import itertools
 import json
 import math
-import time
 
 import numpy as np
 import pytest
@@ -241,20 +240,22 @@ def test_a_calibration_without_positive_slope_is_refused(space):
         ops_under_budget(lut, space, thetas(space)["random"], 100.0)
 
 
-def test_fast_on_fbnet_cifar():
+def test_fbnet_cifar_budgets_are_solved_exactly():
+    """Real thetas on the real table stay well inside the frontier cap: the answer is proven
+    optimal (no warning) and within the budget."""
     lut = load_lut(REPO / "lookup_tables" / "fbnet_cifar_ort.json")
     space = lut.space()
     rng = np.random.default_rng(0)
     cheapest = lut.predict([min(l.candidates, key=lambda op, l=l: lut.cost(
         lut.data["layers"][l.index]["candidates"][op])) for l in space.layers])
+    warnings = []
     for scale in (0.3, 1.0, 4.0):
         probs = [np.exp(scale * rng.normal(size=len(l.candidates))) for l in space.layers]
         probs = [p / p.sum() for p in probs]
         for factor in (1.0, 1.5, 3.0, 6.0):
-            started = time.perf_counter()
-            ops = ops_under_budget(lut, space, probs, cheapest * factor)
-            assert time.perf_counter() - started < 1.0
+            ops = ops_under_budget(lut, space, probs, cheapest * factor, warn=warnings.append)
             assert lut.predict(ops) <= cheapest * factor
+    assert warnings == []
 
 
 # --------------------------------------------------------------------------- fbnas sample
