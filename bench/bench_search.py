@@ -188,7 +188,7 @@ def cost_only_theta(cfg, space, lut, theta_steps: int) -> list:
     trained."""
     import torch
 
-    from fbnas.search import build_supernet, search_loss, temperature
+    from fbnas.search import build_supernet, penalised_cost, search_loss, temperature
 
     torch.manual_seed(cfg.run.seed)
     net = build_supernet(cfg, space, lut)
@@ -205,7 +205,7 @@ def cost_only_theta(cfg, space, lut, theta_steps: int) -> list:
             for layer in net.layers:  # the cost part of Supernet.forward
                 w, _ = layer.weights(cfg.search.mode, tau, None)
                 total = total + (w * layer.cost).sum()
-            loss, _ = search_loss(cfg, one, net.cal_a * total + net.cal_b)
+            loss, _ = search_loss(cfg, one, penalised_cost(cfg, net, net.cal_a * total + net.cal_b))
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -104,6 +104,9 @@ class LossConfig:
     # which drives the search to spend the budget (see fbnas/loss.py)
     target_ms: Optional[float] = None
     target_weight: float = 0.2
+    # which network's latency the penalty compares with the budget: the argmax of theta (the
+    # one `fbnas sample --hard` returns) or the step's Gumbel sample (see fbnas/loss.py)
+    target_on: str = _choices("argmax", "sample", default="argmax")
 
 
 @dataclass
@@ -309,6 +312,10 @@ _RETIRED = {"loss": ("target_exponent",)}
 # log 2. A user's file naming an old value is refused with the new name (see _choices).
 _RENAMED = {("search", "cost"): {"flops": "macs"}}
 
+# keys added since a run could have been saved, with the value that reproduces what that run
+# did: a run saved before loss.target_on existed penalised its Gumbel samples' latency
+_ADDED = {("loss", "target_on"): "sample"}
+
 
 def from_saved(values: dict) -> Config:
     """The config a checkpoint recorded, less the keys this version retired and with the
@@ -322,6 +329,9 @@ def from_saved(values: dict) -> Config:
         part = values.get(section)
         if isinstance(part, dict) and isinstance(part.get(key), str) and part[key] in names:
             part[key] = names[part[key]]
+    for (section, key), old in _ADDED.items():
+        if isinstance(values.get(section), dict):
+            values[section].setdefault(key, old)
     return from_dict(values)
 
 

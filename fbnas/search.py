@@ -62,6 +62,22 @@ def search_loss(cfg: Config, ce: torch.Tensor, cost: torch.Tensor
     return paper_loss(ce, cost, lo.alpha, lo.beta)
 
 
+def penalised_cost(cfg: Config, net, cost: torch.Tensor) -> torch.Tensor:
+    """The cost the loss charges: the step's sampled cost, or with a budget and
+    ``loss.target_on: argmax``, the argmax network's cost carrying the sample's gradient.
+
+    The user gets the argmax (what ``sample --hard`` returns), not a sample. While theta is
+    undecided the two part ways: the absolute-value penalty puts the samples' median latency
+    on the budget, and with a few cheap candidates near a tie and the expensive ones sharing
+    the rest, each layer's argmax is a cheap one (a 0.6 ms budget ended at 0.43 ms). Taking
+    the sign of the push from the argmax's latency makes the search spend the budget on the
+    network it returns; the gradient stays the sample's (straight-through)."""
+    if cfg.loss.form != "target" or cfg.loss.target_on != "argmax":
+        return cost
+    argmax = net.cost_of(net.argmax_ops())
+    return cost + (argmax - cost.detach())
+
+
 def format_cost(value: float, metric: str) -> str:
     """A cost of ``search.cost``'s metric in its unit: "0.466 ms", "385.0M MACs"."""
     if metric == "latency":
@@ -264,7 +280,7 @@ class Search(Trainer):
         logits, cost = self.model(x, tau=temperature(self.cfg, epoch), mode=s.mode,
                                   per_sample=s.per_sample, all_candidates=every)
         ce = F.cross_entropy(logits, y, reduction="none" if cost.dim() else "mean")
-        loss, factor = search_loss(self.cfg, ce, cost)
+        loss, factor = search_loss(self.cfg, ce, penalised_cost(self.cfg, self.net, cost))
         if phase == "weights":
             # the cost term trains theta only: as a factor of the weights' loss it would scale
             # their learning rate with every knob of the trade-off (see fbnas/loss.py)

@@ -88,3 +88,52 @@ def test_trade_off_knobs_move_theta_only(tiny_lut_data, sets_a, sets_b):
     _, ta = _search_step_grads(tiny_lut_data, sets_a, "theta")
     _, tb = _search_step_grads(tiny_lut_data, sets_b, "theta")
     assert not all(torch.allclose(a, b, rtol=1e-3, atol=0) for a, b in zip(ta, tb))
+
+
+def test_budget_penalty_takes_its_sign_from_the_argmax_network(tiny_lut_data):
+    """With loss.target_on=argmax the penalty's value is the argmax network's (the one
+    `sample --hard` returns) and its gradient is the Gumbel sample's; target_on=sample
+    charges the sample itself."""
+    from fbnas.config import load_config
+    from fbnas.lut import LUT
+    from fbnas.search import build_supernet, penalised_cost
+    from fbnas.space import load_space
+
+    cfg = load_config(None, ["space=tiny", "loss.form=target", "loss.target_ms=1"])
+    assert cfg.loss.target_on == "argmax"
+    torch.manual_seed(0)
+    net = build_supernet(cfg, load_space("tiny"), LUT(tiny_lut_data))
+    for layer in net.layers:
+        layer.theta.data.normal_(0, 0.5)
+
+    def charged(config):
+        torch.manual_seed(3)
+        total = torch.tensor(net.fixed_cost)
+        for layer in net.layers:
+            w, _ = layer.weights("hard", 1.0, None)
+            total = total + (w * layer.cost).sum()
+        sampled = net.cal_a * total + net.cal_b
+        cost = penalised_cost(config, net, sampled)
+        for p in net.theta_parameters():
+            p.grad = None
+        cost.backward()
+        return float(sampled.detach()), float(cost.detach()), [p.grad.clone() for p in net.theta_parameters()]
+
+    sampled, on_argmax, g_argmax = charged(cfg)
+    assert on_argmax == pytest.approx(net.cost_of(net.argmax_ops()), rel=1e-6)
+    sample_cfg = load_config(None, ["space=tiny", "loss.form=target", "loss.target_ms=1",
+                                    "loss.target_on=sample"])
+    sampled_again, on_sample, g_sample = charged(sample_cfg)
+    assert on_sample == sampled == sampled_again
+    assert all(torch.equal(a, b) for a, b in zip(g_argmax, g_sample))
+    # the paper's loss has no budget and always charges the sample
+    paper = load_config(None, ["space=tiny"])
+    assert charged(paper)[1] == sampled
+
+
+def test_runs_saved_before_target_on_resume_as_they_ran():
+    from fbnas.config import from_saved, load_config
+
+    saved = load_config(None, ["loss.form=target", "loss.target_ms=1"]).to_dict()
+    del saved["loss"]["target_on"]
+    assert from_saved(saved).loss.target_on == "sample"
