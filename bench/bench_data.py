@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from fbnas.data import BatchLoader, load_dataset, make_splits
+from fbnas.runs.data import BatchLoader, load_dataset, make_splits
 
 
 def main() -> None:

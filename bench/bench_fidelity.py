@@ -1,7 +1,7 @@
 """Fidelity of a lookup table against whole-network timings, FLOPs and the noise floor.
 
 Times N random networks of the table's space twice with the profile's protocol, fits the
-calibration on the first --fit of them and scores it on the rest (see fbnas.fidelity).
+calibration on the first --fit of them and scores it on the rest (see fbnas.latency.fidelity).
 Leaves the table unchanged.
 
     python bench/bench_fidelity.py lookup_tables/fbnet_cifar.json --networks 50 --fit 20
@@ -13,9 +13,9 @@ import argparse
 import os
 import time
 
-from fbnas.fidelity import calibrate_lut
-from fbnas.lut import load_lut
-from fbnas.runtimes import DEFAULT_BLOCK_TIME
+from fbnas.latency.fidelity import calibrate_lut
+from fbnas.latency.lut import load_lut
+from fbnas.latency.runtimes import DEFAULT_BLOCK_TIME
 
 
 def main() -> None:

@@ -20,10 +20,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-from fbnas.data import BatchLoader, load_dataset, make_splits
-from fbnas.lut import load_lut
-from fbnas.space import load_space
-from fbnas.supernet import Supernet
+from fbnas.arch.space import load_space
+from fbnas.latency.lut import load_lut
+from fbnas.runs.data import BatchLoader, load_dataset, make_splits
+from fbnas.search.supernet import Supernet
 
 
 def main() -> None:

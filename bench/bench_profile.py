@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-from fbnas.lut import LUT, fastest_non_skip, profile_space
-from fbnas.runtimes import DEFAULT_BLOCK_TIME, DEFAULT_RUNTIME, RUNTIMES
-from fbnas.space import load_space
+from fbnas.arch.space import load_space
+from fbnas.latency.lut import LUT, fastest_non_skip, profile_space
+from fbnas.latency.runtimes import DEFAULT_BLOCK_TIME, DEFAULT_RUNTIME, RUNTIMES
 
 
 def main() -> None:

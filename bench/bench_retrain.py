@@ -15,9 +15,9 @@ import shutil
 import time
 from pathlib import Path
 
+from fbnas.arch.space import load_space
 from fbnas.config import load_config
-from fbnas.retrain import run_retrain
-from fbnas.space import load_space
+from fbnas.runs.retrain import run_retrain
 
 
 def main() -> None:

@@ -36,12 +36,12 @@ import statistics
 import time
 from pathlib import Path
 
-from fbnas.checkpoint import load_checkpoint, load_search_checkpoint
 from fbnas.config import load_config
-from fbnas.lut import load_lut
-from fbnas.retrain import run_retrain
-from fbnas.sampling import hard_ops
-from fbnas.search import run_search
+from fbnas.latency.lut import load_lut
+from fbnas.runs.checkpoint import load_checkpoint, load_search_checkpoint
+from fbnas.runs.retrain import run_retrain
+from fbnas.search.run import run_search
+from fbnas.search.sampling import hard_ops
 
 
 def log_to(path: Path):
@@ -110,7 +110,7 @@ def retrain(args, space, ops: list[str], name: str, seed: int, out: Path) -> dic
 
 
 def params_of(space, ops: list[str]) -> int:
-    from fbnas.model import Network
+    from fbnas.arch.model import Network
 
     net = Network(space.definition(ops, "x"))
     return sum(p.numel() for p in net.parameters())
@@ -188,7 +188,7 @@ def cost_only_theta(cfg, space, lut, theta_steps: int) -> list:
     trained."""
     import torch
 
-    from fbnas.search import build_supernet, penalised_cost, search_loss, temperature
+    from fbnas.search.run import build_supernet, penalised_cost, search_loss, temperature
 
     torch.manual_seed(cfg.run.seed)
     net = build_supernet(cfg, space, lut)
@@ -219,8 +219,8 @@ def theta_steps_taken(raw: dict) -> int:
 
 
 def budget(args) -> None:
-    from fbnas.budget import ops_under_budget
-    from fbnas.measure import measure_latency
+    from fbnas.latency.measure import measure_latency
+    from fbnas.search.budget import ops_under_budget
 
     if args.target_ms is None:
         raise SystemExit("budget mode needs --target-ms")

@@ -34,10 +34,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-from fbnas.loss import paper_loss
-from fbnas.lut import LUT, load_lut, profile_space
-from fbnas.space import load_space
-from fbnas.supernet import Supernet
+from fbnas.arch.space import load_space
+from fbnas.latency.lut import LUT, load_lut, profile_space
+from fbnas.search.loss import paper_loss
+from fbnas.search.supernet import Supernet
 
 VARIANTS = ("loop", "fast", "loop-cl", "hard", "hard-fast")
 LABELS = {"loop": "soft, loop (NCHW)", "fast": "soft, fast", "loop-cl": "soft, loop (CL)",

@@ -22,13 +22,13 @@ import statistics
 
 import torch
 
-from fbnas.checkpoint import load_checkpoint, resolve_checkpoint
+from fbnas.arch.space import SearchSpace
 from fbnas.config import from_saved
-from fbnas.data import BatchLoader, load_dataset, make_splits
-from fbnas.lut import load_lut
-from fbnas.rundir import RunPaths
-from fbnas.search import build_supernet, search_loss, temperature
-from fbnas.space import SearchSpace
+from fbnas.latency.lut import load_lut
+from fbnas.runs.checkpoint import load_checkpoint, resolve_checkpoint
+from fbnas.runs.data import BatchLoader, load_dataset, make_splits
+from fbnas.runs.rundir import RunPaths
+from fbnas.search.run import build_supernet, search_loss, temperature
 
 
 def main() -> None:

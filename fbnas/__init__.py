@@ -16,7 +16,7 @@ __all__ = ["FbnasError", "__version__", "build_model"]
 def __getattr__(name: str):
     # build_model pulls in torch; importing it lazily keeps `import fbnas` and `fbnas --help` fast.
     if name == "build_model":
-        from fbnas.definition import build_model
+        from fbnas.arch.definition import build_model
 
         return build_model
     raise AttributeError(f"module 'fbnas' has no attribute {name!r}")

@@ -10,9 +10,9 @@ from pathlib import Path
 import click
 
 import fbnas
+from fbnas.arch.limits import MAX_BATCH
 from fbnas.errors import FbnasError, UsageError
-from fbnas.limits import MAX_BATCH
-from fbnas.runtimes import DEFAULT_BLOCK_TIME, DEFAULT_RUNTIME, RUNTIMES
+from fbnas.latency.runtimes import DEFAULT_BLOCK_TIME, DEFAULT_RUNTIME, RUNTIMES
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -24,7 +24,7 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except FbnasError as e:
-            from fbnas.dist import env_rank
+            from fbnas.runs.dist import env_rank
 
             rank = env_rank()
             # under torchrun an error every rank raised alike is printed once, by rank 0
@@ -90,10 +90,10 @@ def profile(space_name, out, runtime, threads, batch, rounds, extra_time, block_
     Example:
       fbnas profile --space fbnet_cifar --out lookup_tables/fbnet_cifar_ort.json --threads 1
     """
+    from fbnas.arch.space import load_space
     from fbnas.io import check_writable, refuse_overwrite
-    from fbnas.lut import LUT, profile_space, save_lut
-    from fbnas.runtimes import make_runtime
-    from fbnas.space import load_space
+    from fbnas.latency.lut import LUT, profile_space, save_lut
+    from fbnas.latency.runtimes import make_runtime
 
     if 0 < check_n < 5:
         raise UsageError("--check needs at least 5 networks (2 of every 5 fit, the rest test)")
@@ -105,7 +105,8 @@ def profile(space_name, out, runtime, threads, batch, rounds, extra_time, block_
                          extra_time=extra_time, block_time=block_time, seed=seed,
                          source=str(space_name), runtime=rt)
     if check_n:
-        from fbnas.fidelity import calibrate_lut
+        from fbnas.latency.fidelity import calibrate_lut
+
         # 2 of every 5 networks fit the calibration (20 of 50), the rest score it
         fit = min(20, max(2, check_n * 2 // 5))
         report = calibrate_lut(LUT(data), networks=check_n, fit=fit, seed=seed,
@@ -148,9 +149,9 @@ def calibrate(lut_path, networks, fit, seed, rounds, block_time, runtime, dry_ru
     Example:
       fbnas calibrate lookup_tables/fbnet_cifar_ort.json --networks 50 --fit 20
     """
-    from fbnas.fidelity import calibrate_lut
     from fbnas.io import check_writable, write_json
-    from fbnas.lut import load_lut
+    from fbnas.latency.fidelity import calibrate_lut
+    from fbnas.latency.lut import load_lut
 
     lut = load_lut(lut_path)
     runtime = lut.check_runtime(runtime)
@@ -181,9 +182,9 @@ def show_lut(lut_path, space_name):
     Example:
       fbnas show-lut lookup_tables/fbnet_cifar_ort.json --space fbnet_cifar
     """
-    from fbnas.matching import warn_other_machine
-    from fbnas.lut import load_lut
-    from fbnas.space import load_space
+    from fbnas.arch.space import load_space
+    from fbnas.latency.lut import load_lut
+    from fbnas.latency.matching import warn_other_machine
 
     space = load_space(space_name) if space_name else None
     lut = load_lut(lut_path, space)
@@ -224,7 +225,7 @@ def run_options(f):
 def run_config(config_path, out, resume, force, overrides, download, **keys):
     """Defaults < the resumed run's config < --config file < named options < --set."""
     from fbnas.config import load_config
-    from fbnas.rundir import resume_config
+    from fbnas.runs.rundir import resume_config
 
     if resume and force:
         raise UsageError("--resume continues a run and --force starts over; pick one")
@@ -259,7 +260,7 @@ def _finite_ms(ctx, param, value):
 
 def launch_processes(ctx: click.Context, nproc: int, threads: int | None) -> int:
     """Re-run this command, minus --nproc, as ``nproc`` torchrun processes on this machine."""
-    from fbnas.dist import launch
+    from fbnas.runs.dist import launch
 
     if "WORLD_SIZE" in os.environ:
         raise UsageError("--nproc starts torchrun itself; inside torchrun leave it out")
@@ -311,11 +312,11 @@ def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overri
       fbnas train --out runs/c10 --resume
       fbnas train --config my_search.yaml --out runs/mine --nproc 2
     """
-    from fbnas.logs import console
-    from fbnas.search import run_search
+    from fbnas.runs.logs import console
+    from fbnas.search.run import run_search
 
     if nproc is not None and nproc > 1:
-        from fbnas.rundir import check_run_dir
+        from fbnas.runs.rundir import check_run_dir
 
         # report a bad --out once, before starting processes
         check_run_dir(Path(out or "runs/search"), resume, force)
@@ -362,8 +363,8 @@ def retrain(arch, name, config_path, data_dir, out, epochs, seed, device, thread
     Example:
       fbnas retrain runs/search/arch.json --name search_hard --out runs/retrain --epochs 30
     """
-    from fbnas.logs import console
-    from fbnas.retrain import run_retrain
+    from fbnas.runs.logs import console
+    from fbnas.runs.retrain import run_retrain
 
     out = out or Path("runs/retrain")
     if arch is None and not resume:
@@ -416,13 +417,13 @@ def sample(source, hard, target_ms, num, seed, name, out, lut_path, force):
       fbnas sample runs/search --num 10 --seed 1 --out archs.json
       python -c "import fbnas; print(fbnas.build_model('runs/search/arch.json', 'search_hard'))"
     """
-    from fbnas.checkpoint import load_search_checkpoint
-    from fbnas.definition import add_architectures
-    from fbnas.io import check_writable
-    from fbnas.matching import resolve_lut
-    from fbnas.reports import format_entry, format_ranked
-    from fbnas.sampling import sample_architectures
+    from fbnas.arch.definition import add_architectures
     from fbnas.errors import UsageError
+    from fbnas.io import check_writable
+    from fbnas.latency.reports import format_entry, format_ranked
+    from fbnas.runs.checkpoint import load_search_checkpoint
+    from fbnas.runs.rundir import resolve_lut
+    from fbnas.search.sampling import sample_architectures
 
     if hard and num > 1:
         raise UsageError("--num draws from softmax(theta); --hard gives one architecture")
@@ -487,9 +488,9 @@ def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_ti
     Example:
       fbnas latency runs/search/arch.json --name search_hard --threads 1
     """
-    from fbnas.definition import select
-    from fbnas.matching import recorded_lut
-    from fbnas.measure import latency_report
+    from fbnas.arch.definition import select
+    from fbnas.latency.measure import latency_report
+    from fbnas.runs.rundir import recorded_lut
 
     name, defn = select(arch_path, name)
     lut = recorded_lut(defn, lut_path, arch_path=arch_path)
@@ -515,9 +516,9 @@ def summary(arch_path, name, lut_path):
       fbnas summary runs/search/arch.json --name search_hard
       fbnas summary fbnet_c
     """
-    from fbnas.definition import select
-    from fbnas.matching import recorded_lut
-    from fbnas.reports import format_summary
+    from fbnas.arch.definition import select
+    from fbnas.latency.reports import format_summary
+    from fbnas.runs.rundir import recorded_lut
 
     _, defn = select(arch_path, name)
     click.echo(format_summary(defn, recorded_lut(defn, lut_path, arch_path=arch_path)))
@@ -551,10 +552,11 @@ def export(arch_path, name, weights, random_weights, fmt, out, seed, force):
     """
     import torch
 
-    from fbnas.definition import build_model
+    from fbnas.arch.definition import build_model
+    from fbnas.arch.export import export_model, require_onnx
     from fbnas.errors import UsageError
-    from fbnas.export import export_model, load_weights, require_onnx
     from fbnas.io import check_writable
+    from fbnas.runs.checkpoint import load_weights
 
     if (weights is None) == (not random_weights):
         raise UsageError("pass --weights CKPT, or --random-weights to export an untrained "

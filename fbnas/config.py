@@ -21,9 +21,9 @@ from typing import Any, Optional
 
 import yaml
 
+from fbnas.arch.space import load_yaml
 from fbnas.errors import UsageError
 from fbnas.resources import bundled, names_a_file
-from fbnas.space import load_yaml
 
 # A relative default: the folder a user would download CIFAR-10 into (--download does).
 DEFAULT_DATA_DIR = "data/cifar10"
@@ -73,7 +73,7 @@ class SearchConfig:
     eval_mode: str = _choices("argmax", "softmax", default="argmax")
     temperature: TemperatureConfig = field(default_factory=TemperatureConfig)
     # loop: every candidate in turn (the reference); fast: channels_last and fused mixed ops,
-    # the same math and checkpoints, quicker soft steps (see fbnas/fused.py)
+    # the same math and checkpoints, quicker soft steps (see fbnas/search/fused.py)
     supernet: str = _choices("loop", "fast", default="fast")
     # every residual candidate starts as the identity (its last BN scale is zero), so the
     # candidates of a layer are interchangeable at initialisation
@@ -82,7 +82,7 @@ class SearchConfig:
     # switching between their unrelated representations at every step
     soft_transitions: bool = True
     # the kK_eE[_gG] candidates of a layer slice one set of weights (largest kernel, widest
-    # expansion), so every step trains them all (see fbnas/entangled.py)
+    # expansion), so every step trains them all (see fbnas/search/entangled.py)
     shared_weights: bool = False
     # training images run through the evaluated path to re-estimate its BN statistics
     # before each evaluation (0 = use the running statistics of the shared weights)
@@ -101,11 +101,11 @@ class LossConfig:
     alpha: float = 0.2
     beta: float = 0.6
     # the target form (fbnas train --target-ms): CE + target_weight * |LAT / target - 1|,
-    # which drives the search to spend the budget (see fbnas/loss.py)
+    # which drives the search to spend the budget (see fbnas/search/loss.py)
     target_ms: Optional[float] = None
     target_weight: float = 0.2
     # which network's latency the penalty compares with the budget: the argmax of theta (the
-    # one `fbnas sample --hard` returns) or the step's Gumbel sample (see fbnas/loss.py)
+    # one `fbnas sample --hard` returns) or the step's Gumbel sample (see fbnas/search/loss.py)
     target_on: str = _choices("argmax", "sample", default="argmax")
 
 

@@ -30,8 +30,8 @@ def cifar_subset() -> Path:
 @pytest.fixture(scope="session")
 def tiny_lut_data():
     """A quickly profiled table of the tiny space (timings are rough; shapes are what count)."""
-    from fbnas.lut import profile_space
-    from fbnas.space import load_space
+    from fbnas.arch.space import load_space
+    from fbnas.latency.lut import profile_space
 
     return profile_space(load_space("tiny"), rounds=2, extra_rounds=2, block_time=0.001)
 

@@ -14,15 +14,15 @@ import torch
 from click.testing import CliRunner
 
 import fbnas
-from fbnas.checkpoint import load_search_checkpoint
-from fbnas.definition import SCHEMA, select
+from fbnas.arch.definition import SCHEMA, select
+from fbnas.arch.model import Network
+from fbnas.arch.space import load_space
 from fbnas.cli import main
 from fbnas.errors import FbnasError
 from fbnas.io import file_hash, read_json, write_json
-from fbnas.lut import LUT, load_lut, profile_space
-from fbnas.sampling import draw_ops
-from fbnas.model import Network
-from fbnas.space import load_space
+from fbnas.latency.lut import LUT, load_lut, profile_space
+from fbnas.runs.checkpoint import load_search_checkpoint
+from fbnas.search.sampling import draw_ops
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -252,7 +252,7 @@ def test_import_fbnas_is_lazy():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
-    from fbnas.definition import build_model
+    from fbnas.arch.definition import build_model
     assert fbnas.build_model is build_model
 
 
@@ -321,7 +321,7 @@ def test_summary_per_layer_table(arch_file, lut_path):
     assert f"{lut.raw_sum(HARD):.1f}" in rows["total"]
     key = lut.data["layers"][0]["candidates"][HARD[0]]
     assert f"{lut.entry(key)['median']:.1f}" in rows["0"]
-    from fbnas.measure import layer_stats
+    from fbnas.latency.measure import layer_stats
     assert sum(s.macs for s in layer_stats(e)) == lut.raw_sum(HARD, "macs")
 
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 import yaml
 
+from fbnas.arch.space import load_space
 from fbnas.config import load_config
 from fbnas.io import file_hash, read_json, write_json
-from fbnas.space import load_space
 from tests.test_arch import HARD, assert_user_error, cli, make_run, peaked_theta
 
 
@@ -195,7 +195,7 @@ def test_finished_run_with_non_finite_weights_is_not_resumed(tmp_path, tiny_lut_
 
 
 def test_export_refuses_non_finite_weights(tmp_path, space, tiny_lut_file):
-    from fbnas.model import Network
+    from fbnas.arch.model import Network
 
     arch = _arch(tmp_path, space, tiny_lut_file)
     state = Network(read_json(arch, "arch")).state_dict()
@@ -245,12 +245,12 @@ def test_crafted_pickle_is_refused_by_name_and_never_runs(tmp_path, space, tiny_
 
 
 def test_outputs_under_a_file_fail_before_any_work(tmp_path, tiny_lut_file, space, monkeypatch):
-    import fbnas.lut
+    import fbnas.latency.lut
 
     def no_profiling(*a, **k):
         raise AssertionError("profiled before checking --out")
 
-    monkeypatch.setattr(fbnas.lut, "profile_space", no_profiling)
+    monkeypatch.setattr(fbnas.latency.lut, "profile_space", no_profiling)
     (tmp_path / "file").write_text("x")
     under = tmp_path / "file" / "sub"
     started = time.monotonic()
@@ -268,9 +268,9 @@ def test_outputs_under_a_file_fail_before_any_work(tmp_path, tiny_lut_file, spac
 def test_unwritable_out_folder_fails_before_profiling(tmp_path, tiny_lut_file, monkeypatch):
     import tempfile
 
-    import fbnas.lut
+    import fbnas.latency.lut
 
-    monkeypatch.setattr(fbnas.lut, "profile_space",
+    monkeypatch.setattr(fbnas.latency.lut, "profile_space",
                         lambda *a, **k: pytest.fail("profiled before checking --out"))
     ro = tmp_path / "ro"
     ro.mkdir()

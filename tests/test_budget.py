@@ -10,12 +10,12 @@ import math
 import numpy as np
 import pytest
 
-from fbnas.budget import best_path, ops_under_budget, raw_limit, solve
-from fbnas.checkpoint import load_search_checkpoint
+from fbnas.arch.space import load_space
 from fbnas.errors import FbnasError
 from fbnas.io import read_json, write_json
-from fbnas.lut import LUT, load_lut
-from fbnas.space import load_space
+from fbnas.latency.lut import LUT, load_lut
+from fbnas.runs.checkpoint import load_search_checkpoint
+from fbnas.search.budget import best_path, ops_under_budget, raw_limit, solve
 from tests.conftest import REPO
 from tests.test_arch import assert_user_error, cli, make_run, peaked_theta
 
@@ -326,7 +326,7 @@ def test_sample_hard_uses_the_searchs_budget_unless_told_otherwise(tmp_path, spa
 
 
 def test_how_decided_each_layer_is():
-    from fbnas.pictures import relative_entropy, theta_heatmap
+    from fbnas.search.pictures import relative_entropy, theta_heatmap
 
     assert relative_entropy([1.0, 0.0, 0.0]) == 0.0
     assert relative_entropy([0.25] * 4) == pytest.approx(1.0)

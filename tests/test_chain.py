@@ -8,8 +8,8 @@ import torch
 from click.testing import CliRunner
 
 import fbnas
-from fbnas.checkpoint import load_checkpoint
 from fbnas.cli import main
+from fbnas.runs.checkpoint import load_checkpoint
 from tests.conftest import CIFAR_SUBSET
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("cifar_subset")]
@@ -62,9 +62,9 @@ def test_profile_train_sample_retrain_export(tmp_path):
 
 
 def test_retrain_resume_equals_one_go(tmp_path, tiny_lut_data):
+    from fbnas.arch.space import load_space
     from fbnas.config import load_config
-    from fbnas.retrain import run_retrain
-    from fbnas.space import load_space
+    from fbnas.runs.retrain import run_retrain
 
     space = load_space("tiny")
     defn = space.definition([l.candidates[0] for l in space.layers], name="first")

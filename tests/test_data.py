@@ -6,9 +6,9 @@ import pytest
 import torch
 from PIL import Image
 
-from fbnas.data import (CIFAR_MEAN, CIFAR_STD, BatchLoader, augment, channel_stats,
-                        load_dataset, make_splits, normalize)
 from fbnas.errors import FbnasError, UsageError
+from fbnas.runs.data import (CIFAR_MEAN, CIFAR_STD, BatchLoader, augment, channel_stats,
+                             load_dataset, make_splits, normalize)
 from tests.conftest import CIFAR_SUBSET as SUBSET
 
 torch.set_num_threads(1)

@@ -4,11 +4,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fbnas.entangled import EntangledBlock, entangled_candidates
-from fbnas.lut import LUT
-from fbnas.ops import InvertedResidual, build_op
-from fbnas.space import load_space
-from fbnas.supernet import Supernet
+from fbnas.arch.ops import InvertedResidual, build_op
+from fbnas.arch.space import load_space
+from fbnas.latency.lut import LUT
+from fbnas.search.entangled import EntangledBlock, entangled_candidates
+from fbnas.search.supernet import Supernet
 
 NAMES = ["k3_e1", "k3_e1_g2", "k3_e3", "k5_e1", "k5_e6_g2", "skip"]
 

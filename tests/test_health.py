@@ -1,7 +1,7 @@
 import math
 
-from fbnas.health import (check_blow_up, check_not_learning, check_skip_collapse,
-                          epoch_warnings)
+from fbnas.runs.health import check_blow_up, check_not_learning, epoch_warnings
+from fbnas.search.health import check_skip_collapse, search_warnings
 
 LN10 = math.log(10)
 
@@ -33,6 +33,9 @@ def test_skip_collapse_warns_while_the_skip_count_grows_past_half():
 def test_epoch_warnings_collects_every_applicable_check():
     h = [{"weights_ce": 9.0, "argmax_skips": 0, "layers": 4},
          {"weights_ce": 9.5, "argmax_skips": 4, "layers": 4}]
-    found = epoch_warnings(h, 10)
+    found = search_warnings(h, 10)
     assert len(found) == 2 and any("diverging" in w for w in found)
-    assert epoch_warnings([], 10) == []
+    assert any("collapsing toward skip" in w for w in found)
+    # a retrain has no theta: only the weights' warnings apply
+    assert [w for w in epoch_warnings(h, 10)] == [w for w in found if "diverging" in w]
+    assert epoch_warnings([], 10) == [] and search_warnings([], 10) == []

@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fbnas.data import BatchLoader, load_dataset, make_splits
-from fbnas.lut import LUT, profile_space
-from fbnas.space import SearchSpace
-from fbnas.supernet import Supernet
+from fbnas.arch.space import SearchSpace
+from fbnas.latency.lut import LUT, profile_space
+from fbnas.runs.data import BatchLoader, load_dataset, make_splits
+from fbnas.search.supernet import Supernet
 from tests.conftest import require_cifar_subset
 
 pytestmark = pytest.mark.slow  # trains on real images

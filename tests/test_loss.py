@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from fbnas.errors import FbnasError
-from fbnas.loss import paper_loss, target_loss
+from fbnas.search.loss import paper_loss, target_loss
 
 
 def test_paper_loss_matches_hand_value():
@@ -51,11 +51,11 @@ def test_target_loss_spends_the_budget():
 
 def _search_step_grads(lut_data, sets: list[str], phase: str) -> tuple[list, list]:
     """Gradients of one search micro-batch of ``phase`` through Search.forward_loss."""
+    from fbnas.arch.space import load_space
     from fbnas.config import load_config
-    from fbnas.dist import DistInfo
-    from fbnas.lut import LUT
-    from fbnas.search import Search, build_supernet
-    from fbnas.space import load_space
+    from fbnas.latency.lut import LUT
+    from fbnas.runs.dist import DistInfo
+    from fbnas.search.run import Search, build_supernet
 
     cfg = load_config(None, ["space=tiny", "search.mode=hard", *sets])
     search = Search.__new__(Search)  # the step alone: no data, run directory or optimizers
@@ -94,10 +94,10 @@ def test_budget_penalty_takes_its_sign_from_the_argmax_network(tiny_lut_data):
     """With loss.target_on=argmax the penalty's value is the argmax network's (the one
     `sample --hard` returns) and its gradient is the Gumbel sample's; target_on=sample
     charges the sample itself."""
+    from fbnas.arch.space import load_space
     from fbnas.config import load_config
-    from fbnas.lut import LUT
-    from fbnas.search import build_supernet, penalised_cost
-    from fbnas.space import load_space
+    from fbnas.latency.lut import LUT
+    from fbnas.search.run import build_supernet, penalised_cost
 
     cfg = load_config(None, ["space=tiny", "loss.form=target", "loss.target_ms=1"])
     assert cfg.loss.target_on == "argmax"

@@ -2,10 +2,10 @@ import json
 
 import pytest
 
+from fbnas.arch.space import load_space
 from fbnas.errors import FbnasError
-from fbnas.fidelity import calibrate_lut, errors, random_archs
-from fbnas.lut import LUT, SCHEMA, load_lut
-from fbnas.space import load_space
+from fbnas.latency.fidelity import calibrate_lut, errors, random_archs
+from fbnas.latency.lut import LUT, SCHEMA, load_lut
 
 
 def test_profile_covers_every_layer_and_candidate_once(tiny_lut_data):
@@ -94,7 +94,7 @@ def test_fit_networks_span_skip_shares_and_test_networks_are_uniform():
 
 def load_lut_from_space(name):
     """A table for a bundled space with made-up latencies (no timing): for sampling tests."""
-    from fbnas.lut import fixed_entries, layer_entries
+    from fbnas.latency.lut import fixed_entries, layer_entries
 
     space = load_space(name)
     entries, layers = {}, []

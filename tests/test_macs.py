@@ -11,17 +11,17 @@ import torch
 from click.testing import CliRunner
 from torch import nn
 
+from fbnas.arch.definition import CORE_KEYS, bundled_archs, select
+from fbnas.arch.ops import build_op
+from fbnas.arch.space import load_space
 from fbnas.cli import main
 from fbnas.config import from_saved, load_config
-from fbnas.definition import CORE_KEYS, bundled_archs, select
 from fbnas.errors import FbnasError, UsageError
 from fbnas.io import read_json, write_json
-from fbnas.lut import LUT, PREVIOUS_SCHEMA, SCHEMA, count_cost, load_lut
-from fbnas.measure import layer_stats
-from fbnas.ops import build_op
-from fbnas.reports import format_entry, format_ranked
-from fbnas.search import format_cost
-from fbnas.space import load_space
+from fbnas.latency.lut import LUT, PREVIOUS_SCHEMA, SCHEMA, count_cost, load_lut
+from fbnas.latency.measure import layer_stats
+from fbnas.latency.reports import format_entry, format_ranked
+from fbnas.search.run import format_cost
 from tests.conftest import REPO
 from tests.test_arch import assert_user_error, cli
 from tests.test_lut import load_lut_from_space

@@ -15,12 +15,12 @@ import torch
 from click.testing import CliRunner
 
 import fbnas
+from fbnas.arch.space import load_space
 from fbnas.cli import main
 from fbnas.errors import FbnasError
 from fbnas.io import read_json, write_json
-from fbnas.lut import LUT, load_lut, save_lut
-from fbnas.runtimes import Eager, make_runtime, session
-from fbnas.space import load_space
+from fbnas.latency.lut import LUT, load_lut, save_lut
+from fbnas.latency.runtimes import Eager, make_runtime, session
 from tests.test_arch import HARD, assert_user_error, make_run, trained_like
 
 

@@ -4,13 +4,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fbnas import ops
+from fbnas.arch import ops
+from fbnas.arch.model import Network
+from fbnas.arch.ops import build_op, conv_bn, parse_op, register_op
+from fbnas.arch.space import SearchSpace
 from fbnas.errors import FbnasError
-from fbnas.lut import LUT, profile_space
-from fbnas.model import Network
-from fbnas.ops import build_op, conv_bn, parse_op, register_op
-from fbnas.space import SearchSpace
-from fbnas.supernet import Supernet
+from fbnas.latency.lut import LUT, profile_space
+from fbnas.search.supernet import Supernet
 
 SPACE = {
     "name": "with_conv", "input": {"channels": 3, "resolution": 16},

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
+from fbnas.arch.ops import build_op, parse_op
 from fbnas.errors import FbnasError
-from fbnas.ops import build_op, parse_op
 
 PAPER_OPS = ["k3_e1", "k3_e1_g2", "k3_e3", "k3_e6", "k5_e1", "k5_e1_g2", "k5_e3", "k5_e6", "skip"]
 
@@ -48,7 +48,7 @@ def test_residual_only_when_shapes_match():
 
 
 def test_grouped_block_shuffles_channels():
-    from fbnas.ops import ChannelShuffle
+    from fbnas.arch.ops import ChannelShuffle
 
     x = torch.arange(4.0).view(1, 4, 1, 1)
     assert ChannelShuffle(2)(x).flatten().tolist() == [0.0, 2.0, 1.0, 3.0]

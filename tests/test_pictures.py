@@ -7,7 +7,7 @@ import torch
 from matplotlib.colorbar import Colorbar
 from matplotlib.figure import Figure
 
-from fbnas.pictures import progress_chart, relative_entropy, theta_heatmap, write_png
+from fbnas.search.pictures import progress_chart, relative_entropy, theta_heatmap, write_png
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -122,7 +122,7 @@ def test_progress_chart_with_one_epoch_and_missing_values(tmp_path):
 def test_search_draws_to_png_files_and_tensorboard(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
-    from fbnas.search import Search
+    from fbnas.search.run import Search
 
     writer = SummaryWriter(str(tmp_path / "tb"))
     figures, lines = [], {}

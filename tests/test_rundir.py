@@ -9,13 +9,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from fbnas.arch.space import load_space
 from fbnas.cli import main
 from fbnas.config import load_config
 from fbnas.errors import FbnasError
 from fbnas.io import file_hash
-from fbnas.logs import LOGGER, run_log
-from fbnas.rundir import RunPaths, append_metrics, check_run_dir, write_metrics
-from fbnas.space import load_space
+from fbnas.runs.logs import LOGGER, run_log
+from fbnas.runs.rundir import RunPaths, append_metrics, check_run_dir, write_metrics
 
 
 def cli(*args):
@@ -52,8 +52,8 @@ def test_run_log_holds_lines_until_the_file_opens(tmp_path):
     with run_log(echoed.append) as log:
         LOGGER.info("set-up line")
         log.open(tmp_path / "train.log")
-        logging.getLogger("fbnas.trainer").info("epoch line")
-        logging.getLogger("fbnas.trainer").warning("warning: a warning")
+        logging.getLogger("fbnas.runs.trainer").info("epoch line")
+        logging.getLogger("fbnas.runs.trainer").warning("warning: a warning")
     LOGGER.info("after the run")
     lines = (tmp_path / "train.log").read_text().splitlines()
     assert [line[20:] for line in lines] == ["set-up line", "epoch line", "warning: a warning"]
@@ -140,8 +140,8 @@ def test_sample_and_latency_use_the_runs_table_copy(tmp_path, tiny_lut_file, mon
 def test_runs_from_before_shared_weights_resume_with_independent_weights(tmp_path):
     """A checkpoint's config without search.shared_weights was written when every candidate
     had its own weights; resuming it must build that supernet, not the current default."""
-    from fbnas.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
-    from fbnas.rundir import resume_config
+    from fbnas.runs.checkpoint import CHECKPOINT_FORMAT, save_checkpoint
+    from fbnas.runs.rundir import resume_config
 
     cfg = load_config(None, ["space=tiny", "search.shared_weights=true"]).to_dict()
     paths = RunPaths(tmp_path)

@@ -6,12 +6,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import fbnas.trainer as trainer_mod
-from fbnas.checkpoint import load_checkpoint
+import fbnas.runs.trainer as trainer_mod
 from fbnas.cli import main
 from fbnas.config import load_config
 from fbnas.errors import FbnasError
-from fbnas.search import run_search
+from fbnas.runs.checkpoint import load_checkpoint
+from fbnas.search.run import run_search
 from tests.conftest import CIFAR_SUBSET
 
 # every test here searches (or starts to) on the CIFAR-10 subset
@@ -206,7 +206,7 @@ def test_resuming_a_finished_run_says_so(tmp_path, tiny_lut_file):
 
 
 def _fastest_ms(lut_data) -> float:
-    from fbnas.lut import LUT
+    from fbnas.latency.lut import LUT
 
     lut = LUT(lut_data)
     names, costs = lut.layer_candidates(), lut.layer_costs()

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from fbnas.checkpoint import load_checkpoint
+from fbnas.runs.checkpoint import load_checkpoint
 from tests.conftest import CIFAR_SUBSET, REPO
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("cifar_subset")]

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 import fbnas
+from fbnas.arch.space import SearchSpace, bundled_spaces, load_space
 from fbnas.errors import FbnasError
-from fbnas.space import SearchSpace, bundled_spaces, load_space
 
 
 def test_fbnet_imagenet_matches_paper_table1():

@@ -2,9 +2,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fbnas.lut import LUT
-from fbnas.space import load_space
-from fbnas.supernet import Supernet, gumbel_softmax
+from fbnas.arch.space import load_space
+from fbnas.latency.lut import LUT
+from fbnas.search.supernet import Supernet, gumbel_softmax
 
 
 @pytest.fixture
@@ -161,7 +161,7 @@ def test_theta_weight_decay_does_not_cap_theta(tiny_lut_data):
     As an L2 term added to the gradient (Adam's weight_decay), a decay of 5e-4 stops theta at
     |gradient| / decay = 0.2 however long the search sees the same preference."""
     from fbnas.config import load_config
-    from fbnas.search import Search
+    from fbnas.search.run import Search
 
     search = Search.__new__(Search)  # only the optimizers are needed, not a run
     search.cfg = load_config(None, ["space=tiny"])
@@ -189,7 +189,7 @@ def test_theta_gradient_matches_finite_differences(tiny_lut_data):
     input changes sign between theta - h and theta + h, which would invalidate the check."""
     from torch import nn
 
-    from fbnas.loss import paper_loss
+    from fbnas.search.loss import paper_loss
 
     torch.manual_seed(0)
     net = Supernet(load_space("tiny"), LUT(tiny_lut_data), impl="loop",

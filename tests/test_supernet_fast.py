@@ -4,11 +4,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from fbnas.arch.space import load_space
 from fbnas.config import load_config
 from fbnas.errors import UsageError
-from fbnas.lut import LUT
-from fbnas.space import load_space
-from fbnas.supernet import FusedMixedOp, MixedOp, Supernet
+from fbnas.latency.lut import LUT
+from fbnas.search.supernet import FusedMixedOp, MixedOp, Supernet
 
 
 def _close(fast, loop, what, rel=5e-5, scale=None):

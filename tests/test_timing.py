@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from fbnas.lut import EntrySpec, contenders
-from fbnas.timing import drift_correct, measure_rounds
+from fbnas.latency.lut import EntrySpec, contenders
+from fbnas.latency.timing import drift_correct, measure_rounds
 
 
 def _synthetic(n=6000, items=40, seed=0):

@@ -7,10 +7,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from fbnas.arch.limits import (MAX_CHANNELS, MAX_CLASSES, MAX_KERNEL, MAX_LAYERS, MAX_RESOLUTION,
+                               at_most, check_map, check_weights)
+from fbnas.arch.ops import build_op, check_op_fits, conv_bn, op_width, out_size
 from fbnas.errors import FbnasError
-from fbnas.limits import (MAX_CHANNELS, MAX_CLASSES, MAX_KERNEL, MAX_LAYERS, MAX_RESOLUTION,
-                          at_most, check_map, check_weights)
-from fbnas.ops import build_op, check_op_fits, conv_bn, op_width, out_size
 
 
 def _field_int(d: Any, key: str, where: str, limit: int = MAX_CHANNELS) -> int:

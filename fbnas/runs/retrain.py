@@ -14,12 +14,12 @@ from typing import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
+from fbnas.arch.definition import select, structure_difference
+from fbnas.arch.model import Network
 from fbnas.config import Config
-from fbnas.definition import select, structure_difference
 from fbnas.errors import FbnasError
-from fbnas.launch import launch
-from fbnas.model import Network
-from fbnas.trainer import Batch, Trainer
+from fbnas.runs.launch import launch
+from fbnas.runs.trainer import Batch, Trainer
 
 
 class Retrain(Trainer):

@@ -1,8 +1,8 @@
 """How well a lookup table predicts whole networks, and the calibration that corrects it.
 
 Random architectures are built from the table's space and timed in the table's runtime
-(fbnas.runtimes: for ``onnxruntime`` each network is exported as ``fbnas export`` exports it)
-with the profile's protocol (fbnas.timing), in shared rounds together with re-timed table
+(fbnas.latency.runtimes: for ``onnxruntime`` each network is exported as ``fbnas export`` exports it)
+with the profile's protocol (fbnas.latency.timing), in shared rounds together with re-timed table
 entries; the even and the odd rounds are two independent timings of the same networks.
 Reported, against the noise floor of those two timings: the raw table sum, the calibrated
 table (measured ~= a * sum + b, fitted by least squares on the first ``fit`` networks, scored
@@ -21,11 +21,11 @@ import numpy as np
 import torch
 from scipy.stats import kendalltau
 
-from fbnas.lut import (LUT, arch_entries, entry_runners, fixed_entries, layer_entries,
-                       profile_units)
-from fbnas.model import Network
-from fbnas.runtimes import DEFAULT_BLOCK_TIME, Runtime, make_runtime
-from fbnas.timing import measure_rounds, set_threads
+from fbnas.arch.model import Network
+from fbnas.latency.lut import (LUT, arch_entries, entry_runners, fixed_entries, layer_entries,
+                               profile_units)
+from fbnas.latency.runtimes import DEFAULT_BLOCK_TIME, Runtime, make_runtime
+from fbnas.latency.timing import measure_rounds, set_threads
 
 
 def errors(pred: np.ndarray, meas: np.ndarray) -> dict:
@@ -127,7 +127,7 @@ def calibrate_lut(lut: LUT, networks: int = 50, fit: int = 20, seed: int = 0,
     80% (see ``random_archs``); the others, which score it, are uniformly random.
 
     Networks (each a unit of its own) and entries (units as in the profile) share ``rounds``
-    rounds (see fbnas.timing); the even and the odd rounds give two independent timings of
+    rounds (see fbnas.latency.timing); the even and the odd rounds give two independent timings of
     every network, whose disagreement is the noise floor.
 
     ``runtime`` (default: the table's) must be the table's runtime; a Runtime object may be

@@ -4,7 +4,7 @@ On a CPU the soft supernet step is bound by memory traffic, not arithmetic: each
 writes and re-reads its expanded feature maps several times (conv, BN statistics, BN, ReLU,
 and as many passes again backwards), and the weighted sum adds a residual, a scaling and an
 addition pass per candidate. :func:`fused_forward` computes the function of the
-per-candidate loop in :class:`fbnas.supernet.MixedOp`, with the same parameters and buffers
+per-candidate loop in :class:`fbnas.search.supernet.MixedOp`, with the same parameters and buffers
 (equal up to float rounding), while skipping passes:
 
 - A BN after a 1x1 conv of the layer input x (every candidate's expansion, a projecting
@@ -17,7 +17,7 @@ per-candidate loop in :class:`fbnas.supernet.MixedOp`, with the same parameters 
   with w_i * gamma and w_i * beta), so the outputs are summed in place without a scaling pass.
 - The identity residuals and an identity ``skip`` are one ``(sum of their w_i) * x`` term.
 
-Which candidates take these paths the op registry says (:attr:`fbnas.ops.OpFamily.fused`);
+Which candidates take these paths the op registry says (:attr:`fbnas.arch.ops.OpFamily.fused`);
 candidates of other registered ops run unchanged and are weighted and summed as in the loop.
 
 Candidates still run one after another, so each one's feature maps are as small (and as
@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fbnas.ops import InvertedResidual, Skip, parse_op
+from fbnas.arch.ops import InvertedResidual, Skip, parse_op
 
 
 def bn_factor(bn: nn.BatchNorm2d) -> float:
@@ -118,7 +118,7 @@ def folded_conv_bn(x: torch.Tensor, stats: InputStats, conv: nn.Conv2d, bn: nn.B
 class FusedPlan:
     """Which candidates of a mixed op are blocks, identities, projecting skips or plain ops.
 
-    The op registry says how each candidate may be fused (:attr:`fbnas.ops.OpFamily.fused`);
+    The op registry says how each candidate may be fused (:attr:`fbnas.arch.ops.OpFamily.fused`);
     a candidate of a family without a fused kind is a plain op, run as is and weighted.
     """
 

@@ -27,13 +27,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fbnas.entangled import entangled_candidates
+from fbnas.arch.model import Head, Stem
+from fbnas.arch.ops import build_op
+from fbnas.arch.space import Layer, SearchSpace
 from fbnas.errors import FbnasError
-from fbnas.fused import FusedPlan, fused_forward
-from fbnas.lut import LUT
-from fbnas.model import Head, Stem
-from fbnas.ops import build_op
-from fbnas.space import Layer, SearchSpace
+from fbnas.latency.lut import LUT
+from fbnas.search.entangled import entangled_candidates
+from fbnas.search.fused import FusedPlan, fused_forward
 
 MODES = ("soft", "hard", "argmax", "softmax")
 IMPLEMENTATIONS = ("loop", "fast")
@@ -64,7 +64,7 @@ class MixedOp(nn.Module):
                  soft_transition: bool = False, shared_weights: bool = False):
         super().__init__()
         self.candidates = tuple(layer.candidates)
-        if shared_weights:  # the blocks slice self.shared (see fbnas.entangled)
+        if shared_weights:  # the blocks slice self.shared (see fbnas.search.entangled)
             self.ops, self.shared = entangled_candidates(
                 list(self.candidates), layer.c_in, layer.c_out, layer.stride)
         else:
@@ -114,7 +114,7 @@ class MixedOp(nn.Module):
 
 
 class FusedMixedOp(MixedOp):
-    """A MixedOp whose all-candidates forward runs fused (see :mod:`fbnas.fused`).
+    """A MixedOp whose all-candidates forward runs fused (see :mod:`fbnas.search.fused`).
 
     Same parameters, buffers and state_dict keys as MixedOp; only batch-level soft/softmax
     weighting takes the fused path, single-op and per-image forwards use the loop.

@@ -14,13 +14,13 @@ from typing import Callable
 
 import torch
 
-from fbnas.checkpoint import load_checkpoint
 from fbnas.config import Config
-from fbnas.dist import DistInfo, init_from_env, peer_failed, run_on_main, shutdown
 from fbnas.errors import FbnasError
-from fbnas.logs import run_log
-from fbnas.rundir import RunPaths, check_run_dir, start_run_dir
-from fbnas.trainer import Trainer
+from fbnas.runs.checkpoint import load_checkpoint
+from fbnas.runs.dist import DistInfo, init_from_env, peer_failed, run_on_main, shutdown
+from fbnas.runs.logs import run_log
+from fbnas.runs.rundir import RunPaths, check_run_dir, start_run_dir
+from fbnas.runs.trainer import Trainer
 
 
 def pick_device(name: str, info: DistInfo) -> torch.device:
@@ -36,7 +36,7 @@ def launch(trainer_cls: type[Trainer], cfg: Config, out: str | Path, resume: boo
            stop_after: int | None, echo: Callable[[str], None] | None = None) -> dict:
     """Prepare the process group, the device and the run directory, then run ``trainer_cls``.
 
-    The run's lines go to the "fbnas" logger (see fbnas.logs), to RUN_DIR/train.log and, when
+    The run's lines go to the "fbnas" logger (see fbnas.runs.logs), to RUN_DIR/train.log and, when
     given, to ``echo``.
     """
     out = Path(out)
@@ -53,7 +53,7 @@ def launch(trainer_cls: type[Trainer], cfg: Config, out: str | Path, resume: boo
             paths = run_on_main(lambda: check_run_dir(out, resume, force), info,
                                 collectives) or RunPaths(out)
             if cfg.data.download:
-                from fbnas.data import download_cifar10
+                from fbnas.runs.data import download_cifar10
 
                 run_on_main(lambda: download_cifar10(cfg.data.dir), info, collectives)
             ckpt = load_checkpoint(paths.last, trainer_cls.kind) if resume else None

@@ -19,14 +19,14 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from fbnas.arch.model import Head, Stem
+from fbnas.arch.ops import build_op
+from fbnas.arch.space import Layer, SearchSpace
 from fbnas.errors import FbnasError
 from fbnas.io import read_json, refuse_overwrite, write_json
-from fbnas.model import Head, Stem
-from fbnas.ops import build_op
-from fbnas.runtimes import (DEFAULT_BLOCK_TIME, RUNTIMES, UNRECORDED_RUNTIME, Runner, Runtime,
-                            make_runtime)
-from fbnas.space import Layer, SearchSpace
-from fbnas.timing import cpu_model, environment, measure_rounds, protocol, set_threads
+from fbnas.latency.runtimes import (DEFAULT_BLOCK_TIME, RUNTIMES, UNRECORDED_RUNTIME, Runner,
+                                    Runtime, make_runtime)
+from fbnas.latency.timing import cpu_model, environment, measure_rounds, protocol, set_threads
 
 SCHEMA = "fbnas.lut/2"
 #: the schema before entries counted multiply-adds; :func:`upgrade` converts it on load

@@ -6,7 +6,8 @@ without the files it was started from: ``config.yaml`` (the resolved config), ``
 byte copy of the lookup table a search ran with, calibration included, so re-profiling or
 calibrating the original later changes nothing for the run), ``metrics.jsonl`` (one JSON line
 per finished epoch, the figures of the epoch line), ``train.log``, ``tensorboard/``,
-``pictures/`` and ``checkpoints/last.pt``.
+``pictures/`` and ``checkpoints/last.pt``. The functions at the end find the table that goes
+with a search or with an architecture a run wrote, wherever the run directory has moved.
 
 The folder is checked before a run sets up (so a bad ``--out`` fails at once) but created only
 after the set-up succeeded, so that a run refused for bad input leaves nothing behind.
@@ -20,9 +21,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from fbnas.checkpoint import LAST, load_checkpoint
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, Warn, warn_stderr
 from fbnas.io import atomic_write, check_writable, file_hash
+from fbnas.latency.matching import warn_other_machine
+from fbnas.runs.checkpoint import LAST, load_checkpoint
 
 #: the name of the lookup table's copy in a run directory
 TABLE_COPY = "lut.json"
@@ -130,3 +132,71 @@ def resume_config(out: str | Path) -> dict:
     from fbnas.config import from_saved
 
     return from_saved(load_checkpoint(RunPaths(Path(out)).last)["config"]).to_dict()
+
+
+# -- the lookup table that goes with a run or with an architecture it wrote -------------
+def run_table(run_dir: Path, lut_hash: str | None) -> Path | None:
+    """The copy of its lookup table a run directory keeps (RUN_DIR/lut.json), if it holds the
+    table recorded by ``lut_hash``."""
+    copy = Path(run_dir) / TABLE_COPY
+    if copy.is_file() and (lut_hash is None or file_hash(copy) == lut_hash):
+        return copy
+    return None
+
+
+def resolve_lut(ck, lut_path: str | Path | None = None,
+                warn: Warn = warn_stderr):
+    """The table to predict with: ``lut_path``, else the search's own (the run directory's
+    copy; for a run directory without one, the table at the path it records), checked
+    against the space.
+
+    A missing table is an error (predictions are part of every definition). A recorded table
+    whose hash differs from the search's only warns: ``fbnas calibrate`` adds a calibration
+    in place, which changes the hash but not the entries the search trained against.
+    """
+    from fbnas.latency.lut import load_lut
+
+    if lut_path is None:
+        lut_path = run_table(ck.run_dir, ck.lut_hash)
+    if lut_path is None:
+        if not ck.lut_path:
+            raise FbnasError(f"checkpoint {ck.path} does not record its lookup table; "
+                             "pass --lut PATH")
+        if not Path(ck.lut_path).is_file():
+            raise FbnasError(f"the search's lookup table {ck.lut_path} does not exist (paths "
+                             "are relative to where fbnas train ran); pass --lut PATH")
+        lut_path = ck.lut_path
+    lut = load_lut(lut_path)
+    lut.check_space(ck.space)
+    warn_other_machine(lut, warn)
+    h = file_hash(lut_path)
+    if ck.lut_hash and h != ck.lut_hash:
+        warn(f"lookup table {lut_path} (hash {h}) is not the file the search used (hash "
+             f"{ck.lut_hash}); it was re-profiled or calibrated since, predictions use it as "
+             "it is now")
+    return lut
+
+
+def recorded_lut(defn: dict, lut_path: str | Path | None, warn: Warn = warn_stderr,
+                 arch_path: str | Path | None = None):
+    """The table given by ``lut_path``, else the one the entry records if it still exists,
+    else the run's copy next to the architecture file ``arch_path`` (RUN_DIR/arch.json and
+    RUN_DIR/lut.json, wherever the run directory has moved) if it is the recorded table."""
+    from fbnas.latency.lut import load_lut
+
+    if lut_path is not None:
+        return load_lut(lut_path)
+    src = defn.get("source")
+    rec = src.get("lut") if isinstance(src, dict) else None
+    if not isinstance(rec, str):
+        return None
+    if not Path(rec).is_file() and arch_path is not None:
+        h = src.get("lut_hash")
+        copy = run_table(Path(arch_path).parent, h) if isinstance(h, str) else None
+        if copy is not None:
+            return load_lut(copy)
+    if not Path(rec).is_file():
+        warn(f"the architecture's lookup table {rec} does not exist here; pass --lut PATH "
+             "for predictions")
+        return None
+    return load_lut(rec)

@@ -5,7 +5,7 @@ dictionary::
 
     {"schema": "fbnas.arch/1", "architectures": {"NAME": {<model definition>, ...}}}
 
-Each entry is a model definition that :class:`fbnas.model.Network` builds (input, stem,
+Each entry is a model definition that :class:`fbnas.arch.model.Network` builds (input, stem,
 blocks, head) plus where it came from: the space, the checkpoint and lookup table (with
 hashes), the per-layer theta probabilities and the predicted latency, multiply-adds (``macs``;
 files written before counts were MACs hold ``flops``, 2 per multiply-add) and params. A file
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fbnas.arch.ops import out_size
 from fbnas.errors import FbnasError
 from fbnas.io import read_json, write_json
-from fbnas.ops import out_size
 from fbnas.resources import JSON_SUFFIXES, bundled, names_a_file
 
 SCHEMA = "fbnas.arch/1"
@@ -100,7 +100,7 @@ def add_architectures(path: str | Path, entries: list[dict], force: bool = False
 
 def select(source: str | Path | dict, name: str | None = None) -> tuple[str, dict]:
     """(name, validated definition) from a path, a file dict or a single definition dict."""
-    from fbnas.model import validate_definition
+    from fbnas.arch.model import validate_definition
 
     if isinstance(source, dict):
         if "architectures" in source:
@@ -139,8 +139,8 @@ def select(source: str | Path | dict, name: str | None = None) -> tuple[str, dic
 
 def build_model(path_or_definition: str | Path | dict, name: str | None = None,
                 dropout: float = 0.0):
-    """The :class:`fbnas.model.Network` of an architecture file, file dict or definition."""
-    from fbnas.model import Network
+    """The :class:`fbnas.arch.model.Network` of an architecture file, file dict or definition."""
+    from fbnas.arch.model import Network
 
     _, defn = select(path_or_definition, name)
     return Network(defn, dropout=dropout)

@@ -1,7 +1,7 @@
 """The data of a training run: its splits and the batch loaders over them.
 
 The training images are split once per seed into the search's weight, theta and held-out
-(validation) parts (see :func:`fbnas.data.make_splits`); which parts a run trains on is the
+(validation) parts (see :func:`fbnas.runs.data.make_splits`); which parts a run trains on is the
 run's choice (a search trains on two, a retraining on both together), the held-out part and
 the test set are scored the same way by every run. Each process scores a disjoint, unpadded
 share of them, so that counts summed over processes cover every image exactly once.
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import torch
 
 from fbnas.config import Config
-from fbnas.data import BatchLoader, Dataset, load_dataset, make_splits
-from fbnas.dist import DistInfo
 from fbnas.errors import FbnasError
+from fbnas.runs.data import BatchLoader, Dataset, load_dataset, make_splits
+from fbnas.runs.dist import DistInfo
 
 
 @dataclass

@@ -16,13 +16,17 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fbnas.arch.definition import space_hash_of, structure_difference
+from fbnas.arch.space import SearchSpace
 from fbnas.errors import FbnasError
 from fbnas.io import atomic_write, file_hash
-from fbnas.space import SearchSpace
+
+if TYPE_CHECKING:
+    from fbnas.arch.model import Network
 
 CHECKPOINT_FORMAT = "fbnas.checkpoint/1"
 #: where a run folder keeps the checkpoint written after its latest epoch
@@ -266,3 +270,47 @@ def load_search_checkpoint(path: str | Path) -> SearchCheckpoint:
         lut_path=ck.get("lut_path") if isinstance(ck.get("lut_path"), str) else None,
         lut_hash=ck.get("lut_hash") if isinstance(ck.get("lut_hash"), str) else None,
         hash=file_hash(ckpt_path), config=ck["config"])
+
+
+def load_weights(model: Network, path: str | Path) -> str:
+    """Load a retrained-model checkpoint or a plain state_dict into ``model``; say what it was.
+
+    A checkpoint must have been trained for the same architecture: same space (when both
+    record one) and the same input, stem, blocks and head.
+    """
+    state, theirs = load_weights_file(path)
+    defn = model.definition
+    name = defn.get("name", "the architecture")
+    if theirs is None:
+        what = f"state_dict {path}"
+    else:
+        mine_h, theirs_h = space_hash_of(defn), space_hash_of(theirs)
+        if mine_h and theirs_h and mine_h != theirs_h:
+            raise FbnasError(f"checkpoint {path} was trained in space "
+                             f"{theirs['space'].get('name', '?')} (hash {theirs_h}), {name} is "
+                             f"from space {defn['space'].get('name', '?')} (hash {mine_h})")
+        try:
+            diff = structure_difference(theirs, defn)
+        except (KeyError, TypeError):
+            raise FbnasError(f"checkpoint {path} holds an invalid model definition") from None
+        if diff:
+            raise FbnasError(f"checkpoint {path} was trained for architecture "
+                             f"{theirs.get('name', '?')}, which differs from {name}: {diff}")
+        what = f"model checkpoint {path} (architecture {theirs.get('name')})"
+    own = model.state_dict()
+    missing = [k for k in own if k not in state]
+    extra = [k for k in state if k not in own]
+    shape = [k for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
+    if missing or extra or shape:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing (e.g. {missing[0]})")
+        if extra:
+            parts.append(f"{len(extra)} unexpected (e.g. {extra[0]})")
+        if shape:
+            k = shape[0]
+            parts.append(f"{len(shape)} of another shape (e.g. {k}: {tuple(state[k].shape)} vs "
+                         f"{tuple(own[k].shape)})")
+        raise FbnasError(f"weights in {path} do not fit {name}: {'; '.join(parts)} tensors")
+    model.load_state_dict(state)
+    return what

@@ -1,4 +1,9 @@
-"""Weights for a built architecture, and export to torch.export (.pt2) or ONNX."""
+"""Export of a built architecture to torch.export (.pt2) or ONNX.
+
+``onnx_program`` is the one ONNX export of fbnas: ``fbnas export --format onnx`` writes it
+for a network, and ONNX Runtime tables (fbnas.latency.runtimes) time it for every entry,
+so that what is timed is what is deployed.
+"""
 
 from __future__ import annotations
 
@@ -7,60 +12,57 @@ import json
 from pathlib import Path
 
 import torch
+from torch import nn
 
-from fbnas.checkpoint import load_weights_file
-from fbnas.definition import space_hash_of, structure_difference
+from fbnas.arch.model import Network
 from fbnas.errors import FbnasError
 from fbnas.io import atomic_write, refuse_overwrite
-from fbnas.model import Network
-from fbnas.runtimes import EXAMPLE_BATCH, dynamic_batch, onnx_program, require_onnx
 
+ONNX_HINT = "reinstall fbnas with its dependencies: pip install -e ."
+#: the batch of the example input an export traces; 1 would be specialised to a constant
+EXAMPLE_BATCH = 2
 FORMATS = ("pt2", "onnx")
 DEFINITION_FILE = "fbnas/definition.json"
 
 
-def load_weights(model: Network, path: str | Path) -> str:
-    """Load a retrained-model checkpoint or a plain state_dict into ``model``; say what it was.
+def require_onnx() -> None:
+    """Raise a one-line FbnasError naming the fix when the ONNX packages cannot be imported."""
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError:
+        raise FbnasError(f"ONNX export and timing need the onnx, onnxscript and onnxruntime "
+                         f"packages; {ONNX_HINT}") from None
 
-    A checkpoint must have been trained for the same architecture: same space (when both
-    record one) and the same input, stem, blocks and head.
+
+def dynamic_batch() -> tuple:
+    """``dynamic_shapes`` that keep dimension 0 of the only input free in an export."""
+    from torch.export import Dim
+
+    return ({0: Dim("batch", min=1, max=4096)},)
+
+
+def onnx_program(module: nn.Module, example: torch.Tensor, output_name: str = "output"):
+    """Export ``module`` (in eval mode) to an ONNX program: the one export of fbnas.
+
+    ``fbnas export --format onnx`` writes this program for a network, and ``onnxruntime``
+    tables time it for every entry and network, so that what is timed is what is deployed.
+    ``example`` should have a batch of at least 2 (see EXAMPLE_BATCH).
     """
-    state, theirs = load_weights_file(path)
-    defn = model.definition
-    name = defn.get("name", "the architecture")
-    if theirs is None:
-        what = f"state_dict {path}"
-    else:
-        mine_h, theirs_h = space_hash_of(defn), space_hash_of(theirs)
-        if mine_h and theirs_h and mine_h != theirs_h:
-            raise FbnasError(f"checkpoint {path} was trained in space "
-                             f"{theirs['space'].get('name', '?')} (hash {theirs_h}), {name} is "
-                             f"from space {defn['space'].get('name', '?')} (hash {mine_h})")
-        try:
-            diff = structure_difference(theirs, defn)
-        except (KeyError, TypeError):
-            raise FbnasError(f"checkpoint {path} holds an invalid model definition") from None
-        if diff:
-            raise FbnasError(f"checkpoint {path} was trained for architecture "
-                             f"{theirs.get('name', '?')}, which differs from {name}: {diff}")
-        what = f"model checkpoint {path} (architecture {theirs.get('name')})"
-    own = model.state_dict()
-    missing = [k for k in own if k not in state]
-    extra = [k for k in state if k not in own]
-    shape = [k for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
-    if missing or extra or shape:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing (e.g. {missing[0]})")
-        if extra:
-            parts.append(f"{len(extra)} unexpected (e.g. {extra[0]})")
-        if shape:
-            k = shape[0]
-            parts.append(f"{len(shape)} of another shape (e.g. {k}: {tuple(state[k].shape)} vs "
-                         f"{tuple(own[k].shape)})")
-        raise FbnasError(f"weights in {path} do not fit {name}: {'; '.join(parts)} tensors")
-    model.load_state_dict(state)
-    return what
+    require_onnx()
+    module.eval()
+    try:
+        return torch.onnx.export(module, (example,), None, dynamo=True,
+                                 dynamic_shapes=dynamic_batch(), input_names=["input"],
+                                 output_names=[output_name], verbose=False)
+    except Exception as e:  # the exporter wraps failures from several layers of tooling
+        raise FbnasError(f"ONNX export failed: {str(e).splitlines()[0][:200]}") from None
+
+
+def example_like(x: torch.Tensor) -> torch.Tensor:
+    """A random export example of ``x``'s shape but a batch of EXAMPLE_BATCH."""
+    return torch.randn(EXAMPLE_BATCH, *x.shape[1:])
 
 
 def export_pt2(model: Network, out: str | Path) -> float:
@@ -94,7 +96,7 @@ def check_pt2(model: Network, path: str | Path, batch: int = 3) -> float:
 
 
 def export_onnx(model: Network, out: str | Path) -> None:
-    """Export to ONNX (fbnas.runtimes.onnx_program, what onnxruntime tables time), with the
+    """Export to ONNX (fbnas.latency.runtimes.onnx_program, what onnxruntime tables time), with the
     definition in the model's metadata."""
     program = onnx_program(model, torch.randn(model.input_shape(EXAMPLE_BATCH)), "logits")
     program.model.metadata_props["fbnas.definition"] = json.dumps(model.definition)

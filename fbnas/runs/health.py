@@ -1,4 +1,4 @@
-"""Warnings for the ways a differentiable search goes wrong, read from the epoch history.
+"""Warnings for the ways a training run goes wrong, read from the epoch history.
 
 Each check looks at the records the trainer already keeps (one dict per epoch) and returns
 a one-line warning naming the likely cause and what to change, or None. They only warn: a
@@ -42,34 +42,10 @@ def check_blow_up(record: dict, classes: int, factor: float = 2.0) -> str | None
             "optim.weights.lr or add optim.weights.warmup_epochs")
 
 
-def skip_count(ops: list[str]) -> int:
-    return sum(op == "skip" for op in ops)
-
-
-def check_skip_collapse(history: list[dict], share: float = 0.5) -> str | None:
-    """The argmax architecture is mostly ``skip`` and was not the epoch before: theta is
-    collapsing toward the cheapest op."""
-    if not history or "argmax_skips" not in history[-1]:
-        return None
-    now = history[-1]
-    if "budget_ms" in now:  # the user named the latency: skips are what it leaves room for
-        return None
-    layers = now.get("layers", 0)
-    if not layers or now["argmax_skips"] < share * layers:
-        return None
-    before = history[-2].get("argmax_skips", 0) if len(history) > 1 else 0
-    if now["argmax_skips"] <= before:
-        return None
-    return (f"theta is collapsing toward skip: {now['argmax_skips']} of {layers} layers of "
-            "the argmax architecture are skip. The cost term is winning over accuracy; name "
-            "the latency you want with --target-ms, or lower loss.beta (loss.alpha does not "
-            "change this trade-off)")
-
-
 def epoch_warnings(history: list[dict], classes: int) -> list[str]:
-    """Every warning that applies after the latest epoch of ``history``."""
+    """Every warning about the weights' training that applies after the latest epoch of
+    ``history`` (a search adds its own, fbnas.search.health)."""
     if not history:
         return []
-    found = [check_blow_up(history[-1], classes), check_not_learning(history, classes),
-             check_skip_collapse(history)]
+    found = [check_blow_up(history[-1], classes), check_not_learning(history, classes)]
     return [w for w in found if w]

@@ -3,7 +3,7 @@
 Every op name in a space, a lookup table or a model definition is looked up in :data:`OPS`:
 one :class:`OpFamily` per kind of op, owning the names that fully match its pattern. Parsing
 (:func:`parse_op`), shape checks (:func:`check_op_fits`), building (:func:`build_op`) and the
-fused supernet forward (:mod:`fbnas.fused`, through :attr:`OpFamily.fused`) all read the
+fused supernet forward (:mod:`fbnas.search.fused`, through :attr:`OpFamily.fused`) all read the
 registry, so adding a candidate op is one :func:`register_op` call (see "Adding a candidate
 op" in the README). Two families ship:
 
@@ -27,11 +27,11 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from fbnas.arch.limits import MAX_CHANNELS, MAX_KERNEL, check_weights
 from fbnas.errors import FbnasError
-from fbnas.limits import MAX_CHANNELS, MAX_KERNEL, check_weights
 
 SUPPORTED_STRIDES = (1, 2)
-#: the module structures :mod:`fbnas.fused` folds; any other op runs as is in a fused forward
+#: the module structures :mod:`fbnas.search.fused` folds; any other op runs as is in a fused forward
 FUSED_KINDS = ("inverted_residual", "skip")
 
 

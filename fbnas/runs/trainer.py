@@ -5,9 +5,9 @@ built from (seed, epoch), each phase with its own optimizer. Because the plan an
 RNG are functions of (seed, epoch, rank), a run resumed at an epoch boundary reproduces the
 uninterrupted run exactly; a single-process run stopped with Ctrl-C mid-epoch also records its
 position and RNG state, and resumes exactly. The base class trains the "weights" phase and
-knows nothing about what a subclass searches: fbnas.search.Search adds theta and its phase,
-fbnas.retrain.Retrain trains one fixed network. Where the run's files live is fbnas.rundir;
-how a run is started, fbnas.launch.
+knows nothing about what a subclass searches: fbnas.search.run.Search adds theta and its phase,
+fbnas.runs.retrain.Retrain trains one fixed network. Where the run's files live is fbnas.runs.rundir;
+how a run is started, fbnas.runs.launch.
 """
 
 from __future__ import annotations
@@ -23,18 +23,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fbnas.checkpoint import CHECKPOINT_FORMAT, check_resumable, save_checkpoint
 from fbnas.config import Config, dump
-from fbnas.data import BatchLoader, Dataset
-from fbnas.dist import DistInfo, all_reduce_sum, barrier, ranks_agree, sync_buffers
 from fbnas.errors import FbnasError
-from fbnas.health import epoch_warnings
 from fbnas.io import atomic_write
-from fbnas.loaders import load_run_data, train_batches
 from fbnas.progress import Progress
-from fbnas.rundir import RunPaths, append_metrics, write_metrics
-from fbnas.schedule import cosine_factor
-from fbnas.stats import PhaseStats, StepFigures, across_ranks
+from fbnas.runs.checkpoint import CHECKPOINT_FORMAT, check_resumable, save_checkpoint
+from fbnas.runs.data import BatchLoader, Dataset
+from fbnas.runs.dist import DistInfo, all_reduce_sum, barrier, ranks_agree, sync_buffers
+from fbnas.runs.health import epoch_warnings
+from fbnas.runs.loaders import load_run_data, train_batches
+from fbnas.runs.rundir import RunPaths, append_metrics, write_metrics
+from fbnas.runs.schedule import cosine_factor
+from fbnas.runs.stats import PhaseStats, StepFigures, across_ranks
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 logger = logging.getLogger(__name__)
@@ -107,6 +107,10 @@ class Trainer:
 
     def epoch_line_extras(self, record: dict) -> list[str]:
         return []
+
+    def epoch_warnings(self) -> list[str]:
+        """One-line warnings after an epoch: how the run is going wrong, if it is."""
+        return epoch_warnings(self.history, self.classes)
 
     def phase_record(self, phase: str, mean: StepFigures) -> dict:
         """The epoch record's figures of one phase, from the mean of its step figures."""
@@ -401,7 +405,7 @@ class Trainer:
                         append_metrics(self.paths, record)
                     self._log_epoch(epoch, record)
                     self.log(self._epoch_line(record))
-                    for warning in epoch_warnings(self.history, self.classes):
+                    for warning in self.epoch_warnings():
                         self.warn(warning)
                     done_now += 1
                     if self.stop_requested or (stop_after is not None and done_now >= stop_after):

@@ -3,7 +3,7 @@
 What ``fbnas sample`` prints (one architecture per stage, or draws ranked by predicted
 latency) and what ``fbnas summary`` prints (per-layer output shape, params, multiply-adds and
 table latency). Only formatting lives here; figures come from the entry, the lookup table
-(:mod:`fbnas.matching`) and one forward pass (:mod:`fbnas.measure`).
+(:mod:`fbnas.latency.matching`) and one forward pass (:mod:`fbnas.latency.measure`).
 
 Compute is printed as multiply-adds, "MACs", the unit papers compare networks by (the FBNet
 paper's "FLOPs" are multiply-adds); a FLOPs figure, where one is printed, says "FLOPs (2 per
@@ -12,9 +12,9 @@ MAC)".
 
 from __future__ import annotations
 
-from fbnas.definition import layer_rows
-from fbnas.matching import match_lut, row_latencies
-from fbnas.measure import layer_stats
+from fbnas.arch.definition import layer_rows
+from fbnas.latency.matching import match_lut, row_latencies
+from fbnas.latency.measure import layer_stats
 
 
 def table(headers: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:

@@ -3,7 +3,7 @@
 A search ends with one probability distribution per layer, softmax(theta). FBNet takes the
 most probable candidate of every layer (``--hard``) or draws several architectures from the
 distributions and keeps the best; with a latency budget, ``--hard`` takes the most probable
-architecture predicted within it (:mod:`fbnas.budget`). All become entries that record, next
+architecture predicted within it (:mod:`fbnas.search.budget`). All become entries that record, next
 to the model definition, where they came from (checkpoint, table, hashes), the per-layer
 probabilities and the table's predicted latency, multiply-adds (MACs) and params.
 """
@@ -17,12 +17,12 @@ from datetime import datetime, timezone
 import numpy as np
 
 import fbnas
-from fbnas.budget import ops_under_budget
-from fbnas.checkpoint import SearchCheckpoint
-from fbnas.definition import CORE_KEYS
+from fbnas.arch.definition import CORE_KEYS
+from fbnas.arch.space import SearchSpace
 from fbnas.errors import FbnasError, UsageError
 from fbnas.io import file_hash
-from fbnas.space import SearchSpace
+from fbnas.runs.checkpoint import SearchCheckpoint
+from fbnas.search.budget import ops_under_budget
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 

@@ -3,7 +3,7 @@
 An epoch is weights-only during the warm-up epochs, then either every weight batch followed
 by every theta batch (``alternation: epoch``, the paper) or ``accumulate`` weight
 micro-batches followed by ``accumulate`` theta micro-batches (``alternation: step``). The
-weights minimise the cross-entropy, theta the latency-aware loss (fbnas/loss.py); each
+weights minimise the cross-entropy, theta the latency-aware loss (fbnas/search/loss.py); each
 optimizer steps only its own parameters.
 
 After every epoch the search reports two scores on the val split: the supernet's (argmax
@@ -23,20 +23,20 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fbnas.arch.space import load_space
 from fbnas.config import Config
-from fbnas.data import BatchLoader
 from fbnas.errors import FbnasError
-from fbnas.health import skip_count
 from fbnas.io import file_hash
-from fbnas.launch import launch
-from fbnas.loss import paper_loss, target_loss
-from fbnas.lut import load_lut
-from fbnas.pictures import progress_chart, theta_heatmap, write_png
-from fbnas.rundir import copy_table, resume_config
-from fbnas.space import load_space
-from fbnas.stats import StepFigures
-from fbnas.supernet import Supernet, recalibrated_bn
-from fbnas.trainer import Batch, Trainer
+from fbnas.latency.lut import load_lut
+from fbnas.runs.data import BatchLoader
+from fbnas.runs.launch import launch
+from fbnas.runs.rundir import copy_table, resume_config
+from fbnas.runs.stats import StepFigures
+from fbnas.runs.trainer import Batch, Trainer
+from fbnas.search.health import search_warnings, skip_count
+from fbnas.search.loss import paper_loss, target_loss
+from fbnas.search.pictures import progress_chart, theta_heatmap, write_png
+from fbnas.search.supernet import Supernet, recalibrated_bn
 
 __all__ = ["Search", "run_search", "resume_config", "temperature"]
 
@@ -116,7 +116,7 @@ class Search(Trainer):
 
     def _check_budget(self) -> None:
         """Refuse a budget no network of the space meets; warn of one it cannot spend."""
-        from fbnas.budget import ops_under_budget
+        from fbnas.search.budget import ops_under_budget
 
         costs = self.lut.layer_costs()
         uniform = [np.full(len(c), 1.0 / len(c)) for c in costs]
@@ -203,7 +203,7 @@ class Search(Trainer):
         a budget the most probable architecture whose predicted latency is within it."""
         if self.budget_us is None:
             return self.net.argmax_ops()
-        from fbnas.budget import ops_under_budget
+        from fbnas.search.budget import ops_under_budget
 
         probs = [p.double().numpy() for p in self.net.probabilities()]
         return ops_under_budget(self.lut, self.space, probs, self.budget_us)
@@ -283,7 +283,7 @@ class Search(Trainer):
         loss, factor = search_loss(self.cfg, ce, penalised_cost(self.cfg, self.net, cost))
         if phase == "weights":
             # the cost term trains theta only: as a factor of the weights' loss it would scale
-            # their learning rate with every knob of the trade-off (see fbnas/loss.py)
+            # their learning rate with every knob of the trade-off (see fbnas/search/loss.py)
             loss = ce
         return loss.mean(), ce, cost, factor
 
@@ -333,6 +333,9 @@ class Search(Trainer):
             ev = self.evaluate(self.val_loader, path=self.net.path_of(ops))
             record["found_val_top1"] = ev["top1"]
         return record
+
+    def epoch_warnings(self) -> list[str]:
+        return search_warnings(self.history, self.classes)
 
     def epoch_line_extras(self, r: dict) -> list[str]:
         metric = self.cfg.search.cost

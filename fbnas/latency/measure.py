@@ -1,6 +1,6 @@
 """Measuring a built network: whole-network latency, and per-layer shapes, params and MACs.
 
-Latency is measured with the profiling protocol of :mod:`fbnas.timing` (explicit threads,
+Latency is measured with the profiling protocol of :mod:`fbnas.latency.timing` (explicit threads,
 warm-up, drift-corrected rounds of short timed blocks) in the runtime the lookup table was
 profiled in, so that measured and predicted latency are comparable; the table's entries the
 architecture uses are re-timed in the same rounds, which tells how fast the machine runs now
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fbnas.definition import Row, layer_rows
+from fbnas.arch.definition import Row, layer_rows
 from fbnas.errors import FbnasError, Warn, warn_stderr
-from fbnas.matching import match_lut, warn_other_machine
-from fbnas.runtimes import DEFAULT_BLOCK_TIME
+from fbnas.latency.matching import match_lut, warn_other_machine
+from fbnas.latency.runtimes import DEFAULT_BLOCK_TIME
 
 
 def measure_latency(defn: dict, threads: int, batch: int, rounds: int = 60,
@@ -30,10 +30,10 @@ def measure_latency(defn: dict, threads: int, batch: int, rounds: int = 60,
     """
     import torch
 
-    from fbnas.lut import arch_entries, entry_runners, profile_units
-    from fbnas.model import Network
-    from fbnas.runtimes import make_runtime
-    from fbnas.timing import measure_rounds, set_threads
+    from fbnas.arch.model import Network
+    from fbnas.latency.lut import arch_entries, entry_runners, profile_units
+    from fbnas.latency.runtimes import make_runtime
+    from fbnas.latency.timing import measure_rounds, set_threads
 
     set_threads(threads)
     rt = make_runtime(runtime, threads)
@@ -68,7 +68,7 @@ def latency_report(defn: dict, lut=None, threads: int | None = None, batch: int 
     used by ``defn`` are re-timed alongside it, which tells how fast the machine runs now
     compared with when the table was profiled, and gives the prediction at today's speed.
     """
-    from fbnas.runtimes import DEFAULT_RUNTIME
+    from fbnas.latency.runtimes import DEFAULT_RUNTIME
 
     name = defn.get("name", "the architecture")
     ops = match_lut(defn, lut, name) if lut is not None else None
@@ -116,7 +116,7 @@ class LayerStat:
     row: Row
     out_shape: tuple[int, ...]
     params: int
-    macs: int  # multiply-adds (see fbnas.lut.count_cost)
+    macs: int  # multiply-adds (see fbnas.latency.lut.count_cost)
 
 
 def layer_stats(defn: dict, batch: int = 1) -> list[LayerStat]:
@@ -124,8 +124,8 @@ def layer_stats(defn: dict, batch: int = 1) -> list[LayerStat]:
     one forward."""
     import torch
 
-    from fbnas.lut import count_cost
-    from fbnas.model import Network
+    from fbnas.arch.model import Network
+    from fbnas.latency.lut import count_cost
 
     model = Network(defn).eval()
     modules = [model.stem, *model.blocks, model.head]

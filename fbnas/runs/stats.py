@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fbnas.dist import DistInfo, all_reduce_sum
+from fbnas.runs.dist import DistInfo, all_reduce_sum
 
 
 @dataclass(frozen=True)

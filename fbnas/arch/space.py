@@ -11,10 +11,10 @@ from typing import Any
 
 import yaml
 
+from fbnas.arch.limits import (MAX_CHANNELS, MAX_CLASSES, MAX_KERNEL, MAX_LAYERS, MAX_RESOLUTION,
+                               at_most, check_map, check_weights)
+from fbnas.arch.ops import SUPPORTED_STRIDES, check_op_fits, op_width, out_size
 from fbnas.errors import FbnasError
-from fbnas.limits import (MAX_CHANNELS, MAX_CLASSES, MAX_KERNEL, MAX_LAYERS, MAX_RESOLUTION,
-                          at_most, check_map, check_weights)
-from fbnas.ops import SUPPORTED_STRIDES, check_op_fits, op_width, out_size
 from fbnas.resources import bundled, names_a_file
 
 

@@ -2,7 +2,7 @@
 
 Every measurement runs with an explicit thread count, under ``torch.inference_mode()``, after
 warm-up calls, through ``torch.utils.benchmark``. What a timed call does is the runtime's
-business (fbnas.runtimes: a module in eval mode, or an ONNX Runtime session); this module only
+business (fbnas.latency.runtimes: a module in eval mode, or an ONNX Runtime session); this module only
 calls it, so that every runtime is timed with the same rounds and drift correction.
 
 A shared machine's speed drifts by several percent from one second to the next (and by far
@@ -35,8 +35,8 @@ import torch
 from torch.utils import benchmark
 
 import fbnas
+from fbnas.latency.runtimes import DEFAULT_BLOCK_TIME
 from fbnas.progress import Progress
-from fbnas.runtimes import DEFAULT_BLOCK_TIME
 
 #: neighbouring blocks on each side whose slowdown estimates the machine's local speed
 DRIFT_NEIGHBOURS = 4

@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fbnas.fused import bn_factor
-from fbnas.ops import ChannelShuffle, OpSpec, build_op, check_op_fits, parse_op
+from fbnas.arch.ops import ChannelShuffle, OpSpec, build_op, check_op_fits, parse_op
+from fbnas.search.fused import bn_factor
 
 #: the op family whose candidates share weights
 FAMILY = "inverted_residual"

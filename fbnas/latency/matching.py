@@ -1,17 +1,17 @@
-"""An architecture against a lookup table: which table predicts it, and whether it fits.
+"""An architecture against a lookup table: whether the table fits it, and what it predicts.
 
 A table's entries say something about an architecture only if the table profiled exactly its
 layers: the same space, and at every block the same shapes, stride and an op it timed. The
-functions here find the table that goes with a search or an architecture, check the fit layer
-by layer with errors that name the first mismatch, and read the per-layer latencies.
+functions here check the fit layer by layer with errors that name the first mismatch, and
+read the per-layer latencies. Which table goes with a run or an architecture it wrote is the
+run directory's business (fbnas.runs.rundir).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fbnas.checkpoint import SearchCheckpoint
-from fbnas.definition import layer_rows, space_hash_of
+from fbnas.arch.definition import layer_rows, space_hash_of
 from fbnas.errors import FbnasError, Warn, warn_stderr
 from fbnas.io import file_hash
 
@@ -21,50 +21,6 @@ def warn_other_machine(lut, warn: Warn = warn_stderr) -> None:
     note = lut.other_machine()
     if note:
         warn(note)
-
-
-def run_table(run_dir: Path, lut_hash: str | None) -> Path | None:
-    """The copy of its lookup table a run directory keeps (RUN_DIR/lut.json), if it holds the
-    table recorded by ``lut_hash``."""
-    from fbnas.rundir import TABLE_COPY
-
-    copy = Path(run_dir) / TABLE_COPY
-    if copy.is_file() and (lut_hash is None or file_hash(copy) == lut_hash):
-        return copy
-    return None
-
-
-def resolve_lut(ck: SearchCheckpoint, lut_path: str | Path | None = None,
-                warn: Warn = warn_stderr):
-    """The table to predict with: ``lut_path``, else the search's own (the run directory's
-    copy; for a run directory without one, the table at the path it records), checked
-    against the space.
-
-    A missing table is an error (predictions are part of every definition). A recorded table
-    whose hash differs from the search's only warns: ``fbnas calibrate`` adds a calibration
-    in place, which changes the hash but not the entries the search trained against.
-    """
-    from fbnas.lut import load_lut
-
-    if lut_path is None:
-        lut_path = run_table(ck.run_dir, ck.lut_hash)
-    if lut_path is None:
-        if not ck.lut_path:
-            raise FbnasError(f"checkpoint {ck.path} does not record its lookup table; "
-                             "pass --lut PATH")
-        if not Path(ck.lut_path).is_file():
-            raise FbnasError(f"the search's lookup table {ck.lut_path} does not exist (paths "
-                             "are relative to where fbnas train ran); pass --lut PATH")
-        lut_path = ck.lut_path
-    lut = load_lut(lut_path)
-    lut.check_space(ck.space)
-    warn_other_machine(lut, warn)
-    h = file_hash(lut_path)
-    if ck.lut_hash and h != ck.lut_hash:
-        warn(f"lookup table {lut_path} (hash {h}) is not the file the search used (hash "
-             f"{ck.lut_hash}); it was re-profiled or calibrated since, predictions use it as "
-             "it is now")
-    return lut
 
 
 def match_lut(defn: dict, lut, name: str = "the architecture") -> list[str]:
@@ -125,28 +81,3 @@ def row_latencies(defn: dict, lut) -> list[float]:
              for layer, op in zip(lut.data["layers"], ops)]
     lats.append(lut.entry(fixed["head"])["median"])
     return [float(x) for x in lats]
-
-
-def recorded_lut(defn: dict, lut_path: str | Path | None, warn: Warn = warn_stderr,
-                 arch_path: str | Path | None = None):
-    """The table given by ``lut_path``, else the one the entry records if it still exists,
-    else the run's copy next to the architecture file ``arch_path`` (RUN_DIR/arch.json and
-    RUN_DIR/lut.json, wherever the run directory has moved) if it is the recorded table."""
-    from fbnas.lut import load_lut
-
-    if lut_path is not None:
-        return load_lut(lut_path)
-    src = defn.get("source")
-    rec = src.get("lut") if isinstance(src, dict) else None
-    if not isinstance(rec, str):
-        return None
-    if not Path(rec).is_file() and arch_path is not None:
-        h = src.get("lut_hash")
-        copy = run_table(Path(arch_path).parent, h) if isinstance(h, str) else None
-        if copy is not None:
-            return load_lut(copy)
-    if not Path(rec).is_file():
-        warn(f"the architecture's lookup table {rec} does not exist here; pass --lut PATH "
-             "for predictions")
-        return None
-    return load_lut(rec)

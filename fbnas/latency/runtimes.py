@@ -7,14 +7,14 @@ each other); ONNX Runtime, which runs what ``fbnas export --format onnx`` writes
 per-call overhead and shows them. So every table records its runtime, and calibration and
 whole-network timing refuse a table of another runtime.
 
-* ``eager``: the module itself in eval mode (fbnas.timing adds ``torch.inference_mode()``).
+* ``eager``: the module itself in eval mode (fbnas.latency.timing adds ``torch.inference_mode()``).
 * ``onnxruntime``: the module exported exactly as ``fbnas export --format onnx`` exports a
-  network (:func:`onnx_program`: torch's dynamo exporter with its default opset and graph
+  network (``fbnas.arch.export.onnx_program``: torch's dynamo exporter with its default opset and graph
   optimisation, which folds BN into the convolutions, and a dynamic batch dimension), loaded
   into an ``InferenceSession`` on the CPU provider with explicit intra- and inter-op thread
   counts and full graph optimisation, and called with ``InferenceSession.run``.
 
-fbnas.timing's rounds and drift correction are shared by both: they only call the runners.
+fbnas.latency.timing's rounds and drift correction are shared by both: they only call the runners.
 """
 
 from __future__ import annotations
@@ -37,9 +37,6 @@ UNRECORDED_RUNTIME = "eager"
 #: enough that the timer's own cost vanishes, short enough that the machine's speed barely
 #: drifts within a block. Kept here, beside the runtimes, so the CLI reads it without torch.
 DEFAULT_BLOCK_TIME = 0.004
-ONNX_HINT = "reinstall fbnas with its dependencies: pip install -e ."
-#: the batch of the example input an export traces; 1 would be specialised to a constant
-EXAMPLE_BATCH = 2
 #: ONNX Runtime's threads for running independent nodes in parallel; with the sequential
 #: execution mode used here it stays idle, and it is recorded so that nobody has to guess
 INTER_OP_THREADS = 1
@@ -47,50 +44,6 @@ GRAPH_OPTIMIZATION = "ORT_ENABLE_ALL"
 PROVIDER = "CPUExecutionProvider"
 
 Runner = Callable[[], object]
-
-
-def require_onnx() -> None:
-    """Raise a one-line FbnasError naming the fix when the ONNX packages cannot be imported."""
-    try:
-        import onnx  # noqa: F401
-        import onnxruntime  # noqa: F401
-        import onnxscript  # noqa: F401
-    except ImportError:
-        raise FbnasError(f"ONNX export and timing need the onnx, onnxscript and onnxruntime "
-                         f"packages; {ONNX_HINT}") from None
-
-
-def dynamic_batch() -> tuple:
-    """``dynamic_shapes`` that keep dimension 0 of the only input free in an export."""
-    from torch.export import Dim
-
-    return ({0: Dim("batch", min=1, max=4096)},)
-
-
-def onnx_program(module: nn.Module, example: torch.Tensor, output_name: str = "output"):
-    """Export ``module`` (in eval mode) to an ONNX program: the one export of fbnas.
-
-    ``fbnas export --format onnx`` writes this program for a network, and ``onnxruntime``
-    tables time it for every entry and network, so that what is timed is what is deployed.
-    ``example`` should have a batch of at least 2 (see EXAMPLE_BATCH).
-    """
-    import torch
-
-    require_onnx()
-    module.eval()
-    try:
-        return torch.onnx.export(module, (example,), None, dynamo=True,
-                                 dynamic_shapes=dynamic_batch(), input_names=["input"],
-                                 output_names=[output_name], verbose=False)
-    except Exception as e:  # the exporter wraps failures from several layers of tooling
-        raise FbnasError(f"ONNX export failed: {str(e).splitlines()[0][:200]}") from None
-
-
-def example_like(x: torch.Tensor) -> torch.Tensor:
-    """A random export example of ``x``'s shape but a batch of EXAMPLE_BATCH."""
-    import torch
-
-    return torch.randn(EXAMPLE_BATCH, *x.shape[1:])
 
 
 def session(model: bytes, threads: int):
@@ -107,7 +60,7 @@ def session(model: bytes, threads: int):
 
 
 class Runtime:
-    """Turns (module, input) pairs into zero-argument calls for fbnas.timing to time."""
+    """Turns (module, input) pairs into zero-argument calls for fbnas.latency.timing to time."""
 
     name = ""
     mode = ""
@@ -147,7 +100,7 @@ class Eager(Runtime):
 
 
 class OnnxRuntime(Runtime):
-    """The module exported by :func:`onnx_program`, run by an ONNX Runtime session.
+    """The module exported by ``fbnas.arch.export.onnx_program``, run by an ONNX Runtime session.
 
     Sessions of entry keys are kept, so that a table's entries are exported once even when
     ``profile --check`` re-times them for the calibration.
@@ -157,6 +110,8 @@ class OnnxRuntime(Runtime):
     mode = "exported in eval mode, InferenceSession.run"
 
     def __init__(self, threads: int = 1):
+        from fbnas.arch.export import require_onnx
+
         require_onnx()
         super().__init__(threads)
         self._sessions: dict[str, object] = {}
@@ -164,6 +119,8 @@ class OnnxRuntime(Runtime):
         self.export_seconds = 0.0
 
     def _session(self, module: nn.Module, x: torch.Tensor):
+        from fbnas.arch.export import example_like, onnx_program
+
         started = time.monotonic()
         proto = onnx_program(module, example_like(x)).model_proto
         self.opsets.update(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
@@ -197,6 +154,8 @@ class OnnxRuntime(Runtime):
         import onnxruntime as ort
         import onnxscript
         import torch
+
+        from fbnas.arch.export import EXAMPLE_BATCH
 
         out = {"onnxruntime": ort.__version__, "onnx": onnx.__version__,
                "onnxscript": onnxscript.__version__, "torch": torch.__version__,

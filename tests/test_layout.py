@@ -1,0 +1,59 @@
+"""The package reads as the chain: each subpackage imports only from those before it.
+
+arch (what a network is) -> latency (what it costs) -> runs (how a network trains) ->
+search (the supernet and theta) -> cli on top. The shared top-level modules (errors, io,
+resources, progress) import no subpackage; config reads search spaces (arch). An import that
+ran the other way would tie a lower step to a higher one: a table could not be profiled
+without the trainer, for example.
+"""
+
+import ast
+from pathlib import Path
+
+import fbnas
+
+PACKAGE = Path(fbnas.__file__).parent
+ORDER = ["arch", "latency", "runs", "search"]
+# top-level modules and the subpackages each may import
+TOP = {"errors": [], "io": [], "resources": [], "progress": [], "config": ["arch"],
+       "__init__": ["arch"], "__main__": [], "cli": ORDER}
+
+
+def imports_of(path: Path) -> set[str]:
+    """The fbnas subpackages or top-level modules ``path`` imports, at any depth."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "fbnas" and len(parts) > 1:
+                found.add(parts[1])
+    return found
+
+
+def test_every_module_sits_in_a_subpackage_of_the_chain_or_is_shared():
+    top = {p.stem for p in PACKAGE.glob("*.py")}
+    assert top == set(TOP), f"top-level modules: {sorted(top)}"
+    subs = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert subs == set(ORDER)
+
+
+def test_no_import_runs_up_the_chain():
+    upward = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE)
+        if len(rel.parts) == 1:
+            allowed = set(TOP[path.stem])
+        else:
+            allowed = set(ORDER[:ORDER.index(rel.parts[0]) + 1])
+        for target in imports_of(path) & set(ORDER):
+            if target not in allowed:
+                upward.append(f"{rel} imports fbnas.{target}")
+        if len(rel.parts) == 1 and path.stem in ("errors", "io", "resources", "progress"):
+            # the shared modules import nothing above them either
+            assert imports_of(path) <= {"errors", "io", "resources", "progress"}, rel
+    assert not upward, upward
