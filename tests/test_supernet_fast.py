@@ -157,3 +157,68 @@ def test_config_switch(tiny_lut_data):
     loop, fast = _pair(space, tiny_lut_data)
     assert not any(isinstance(m, FusedMixedOp) for m in loop.layers)
     assert all(isinstance(m, FusedMixedOp) for m in fast.layers)
+
+
+CRASH_SPACE = """name: narrow_224
+input: {channels: 3, resolution: 224}
+stem: {channels: 8, kernel: 3, stride: 2}
+stages:
+  - {channels: 8, blocks: 1, stride: 2}
+  - {channels: 16, blocks: 1, stride: 2}
+candidates: [CAND, skip]
+head: {channels: 32, classes: 10}
+"""
+
+CRASH_STEP = """
+import sys, torch
+from tests.test_lut import load_lut_from_space
+from fbnas.arch.space import load_space
+from fbnas.search.supernet import Supernet
+torch.set_num_threads(1)
+torch.manual_seed(0)
+net = Supernet(load_space(sys.argv[1]), load_lut_from_space(sys.argv[1]), impl="fast")
+x = torch.randn(2, 3, 224, 224)
+for mode in ("soft", "hard", "soft"):
+    logits, cost = net(x, tau=1.0, mode=mode)
+    logits.sum().backward()
+print("survived")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("candidate", ["k3_e1", "k5_e1"])
+def test_narrow_strided_skip_at_224_does_not_crash_the_fast_supernet(tmp_path, candidate):
+    """An 8-channel layer at 112x112 mixing a block with a strided skip: oneDNN's weight
+    gradient of the skip's strided 1x1 conv on channels_last input killed the process
+    (SIGSEGV in soft mode, heap corruption and abort in hard mode). Run in a child process,
+    so that a crash fails this test instead of the suite."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    space = tmp_path / "narrow.yaml"
+    space.write_text(CRASH_SPACE.replace("CAND", candidate))
+    res = subprocess.run([sys.executable, "-c", CRASH_STEP, str(space)], capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert res.returncode == 0 and "survived" in res.stdout, (res.returncode, res.stderr[-800:])
+
+
+def test_strided_pointwise_conv_is_the_same_conv_on_the_subsampled_input():
+    """The form the fast supernet runs strided 1x1 convs in gives the numbers nn.Conv2d
+    gives, gradients included, with the same parameters and state_dict."""
+    from torch import nn
+
+    from fbnas.search.fused import route_around_strided_pointwise
+
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Conv2d(8, 16, 1, stride=2, bias=False), nn.Conv2d(16, 16, 3, 2, 1))
+    net = nn.Sequential(nn.Conv2d(8, 16, 1, stride=2, bias=False), nn.Conv2d(16, 16, 3, 2, 1))
+    net.load_state_dict(ref.state_dict())
+    assert route_around_strided_pointwise(net) == 1  # the 3x3 conv is left alone
+    assert list(net.state_dict()) == list(ref.state_dict())
+    x = torch.randn(2, 8, 15, 15)
+    for m in (ref, net):
+        m(x).square().sum().backward()
+    assert torch.allclose(net(x), ref(x), rtol=1e-6, atol=1e-6)
+    for a, b in zip(net.parameters(), ref.parameters()):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-5, atol=1e-6)

@@ -80,6 +80,43 @@ class InputStats:
         return self._stats[stride]
 
 
+def pointwise_input(x: torch.Tensor, stride: tuple[int, int]) -> torch.Tensor:
+    """The input a strided 1x1 conv reads, so that it can run at stride 1.
+
+    A 1x1 conv without padding at stride s is the same conv at stride 1 of every s-th pixel,
+    to the last bit. The fast supernet always takes that form: oneDNN's weight gradient of a
+    strided 1x1 conv on channels_last input with few input channels (fewer than 16, torch
+    2.14 on x86) writes out of bounds, which killed a search with SIGSEGV at 112x112 and
+    corrupted the heap at 64x64 (the loop supernet, in NCHW, is not affected).
+    """
+    if stride == (1, 1):
+        return x
+    return x[:, :, ::stride[0], ::stride[1]]
+
+
+class PointwiseConv(nn.Conv2d):
+    """An ``nn.Conv2d`` with a 1x1 kernel that runs strided as stride 1 on the subsampled
+    input (see :func:`pointwise_input`). Same parameters and state_dict keys: the fast
+    supernet swaps its strided 1x1 convs' class for this one, so that candidates it runs as
+    modules (hard mode, unfused ops) avoid the defect too."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(pointwise_input(x, self.stride), self.weight, self.bias, 1, 0,
+                        self.dilation, self.groups)
+
+
+def route_around_strided_pointwise(module: nn.Module) -> int:
+    """Make every strided 1x1 conv without padding in ``module`` a :class:`PointwiseConv`;
+    return how many were changed."""
+    changed = 0
+    for m in module.modules():
+        if (type(m) is nn.Conv2d and m.kernel_size == (1, 1) and m.stride != (1, 1)
+                and m.padding == (0, 0) and m.padding_mode == "zeros"):
+            m.__class__ = PointwiseConv
+            changed += 1
+    return changed
+
+
 def _dense(weight: torch.Tensor, groups: int) -> torch.Tensor:
     """A (grouped) 1x1 conv weight as the dense out x in matrix it multiplies by."""
     w = weight.flatten(1)
@@ -112,7 +149,10 @@ def folded_conv_bn(x: torch.Tensor, stats: InputStats, conv: nn.Conv2d, bn: nn.B
     if scale is not None:
         gain, bias = gain * scale, bias * scale
     weight = conv.weight * gain.view(-1, 1, 1, 1)
-    return F.conv2d(x, weight, bias, conv.stride, conv.padding, conv.dilation, conv.groups)
+    if conv.padding != (0, 0):
+        raise TypeError("the fused forward folds BN into 1x1 convs without padding only")
+    return F.conv2d(pointwise_input(x, tuple(conv.stride)), weight, bias, 1, 0, conv.dilation,
+                    conv.groups)
 
 
 class FusedPlan:

@@ -33,7 +33,7 @@ from fbnas.arch.space import Layer, SearchSpace
 from fbnas.errors import FbnasError
 from fbnas.latency.lut import LUT
 from fbnas.search.entangled import entangled_candidates
-from fbnas.search.fused import FusedPlan, fused_forward
+from fbnas.search.fused import FusedPlan, fused_forward, route_around_strided_pointwise
 
 MODES = ("soft", "hard", "argmax", "softmax")
 IMPLEMENTATIONS = ("loop", "fast")
@@ -164,6 +164,7 @@ class Supernet(nn.Module):
         self.cal_a, self.cal_b = cal if cal else (1.0, 0.0)
         if impl == "fast":
             self.to(memory_format=torch.channels_last)
+            route_around_strided_pointwise(self)  # a oneDNN defect (fbnas/search/fused.py)
 
     def forward(self, x: torch.Tensor, tau: float = 1.0, mode: str = "soft",
                 per_sample: bool = False, all_candidates: bool = False,
