@@ -21,8 +21,8 @@ from typing import Any, Optional
 
 import yaml
 
-from fbnas.arch.space import load_yaml
-from fbnas.errors import UsageError
+from fbnas.errors import FbnasError, UsageError
+from fbnas.io import load_yaml, parse_yaml
 from fbnas.resources import bundled, names_a_file
 
 # A relative default: the folder a user would download CIFAR-10 into (--download does).
@@ -107,6 +107,10 @@ class LossConfig:
     # which network's latency the penalty compares with the budget: the argmax of theta (the
     # one `fbnas sample --hard` returns) or the step's Gumbel sample (see fbnas/search/loss.py)
     target_on: str = _choices("argmax", "sample", default="argmax")
+
+
+#: the largest finite float32: rates and decays become float32 factors in the optimizers
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 @dataclass
@@ -194,7 +198,11 @@ def _coerce(value: Any, tp: Any, key: str, f: dataclasses.Field) -> Any:
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise UsageError(f"config key {key} must be an integer, got {value!r}")
+            raise UsageError(f"config key {key} must be an integer, got {_short(value)}")
+        if abs(value) >= 2 ** 63:  # torch and numpy take 64-bit integers
+            raise UsageError(f"config key {key} is too large (about "
+                             f"{int(value.bit_length() * 0.30103)} digits); "
+                             "integers must fit in 64 bits")
         return value
     if tp is float:
         if isinstance(value, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
@@ -203,7 +211,7 @@ def _coerce(value: Any, tp: Any, key: str, f: dataclasses.Field) -> Any:
             except ValueError:
                 pass
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise UsageError(f"config key {key} must be a number, got {value!r}")
+            raise UsageError(f"config key {key} must be a number, got {_short(value)}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
@@ -217,6 +225,12 @@ def _coerce(value: Any, tp: Any, key: str, f: dataclasses.Field) -> Any:
             raise UsageError(f"config key {key} must be one of {', '.join(choices)}, got {value!r}")
         return value
     raise TypeError(f"unsupported config type {tp} for {key}")
+
+
+def _short(value: Any) -> str:
+    """repr of a config value, cut to one readable line."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _build(cls, values: dict, prefix: str = ""):
@@ -251,8 +265,10 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if not key:
         raise UsageError(f"--set {item!r}: the key is empty")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+        value = parse_yaml(raw, f"--set {key}") if raw.strip() else ""
+    except FbnasError as e:
+        if "YAML" not in str(e):  # a number too long, nesting too deep: not a plain string
+            raise UsageError(str(e)) from None
         value = raw
     return key.split("."), value
 
@@ -285,7 +301,24 @@ def validate(cfg: Config) -> Config:
              "loss.form=target needs a positive loss.target_ms (e.g. --set loss.target_ms=5)")
         need(s.cost == "latency", "loss.form=target needs search.cost=latency")
     need(lo.target_weight > 0, "config key loss.target_weight must be positive")
-    need(cfg.optim.weights.lr > 0 and cfg.optim.theta.lr > 0, "learning rates must be positive")
+    ow, ot = cfg.optim.weights, cfg.optim.theta
+    for key, lr in (("optim.weights.lr", ow.lr), ("optim.theta.lr", ot.lr),
+                    ("optim.weights.min_lr", ow.min_lr)):
+        # the optimizers apply the rate as a float32 factor
+        need(0 <= lr <= FLOAT32_MAX and (lr > 0 or key.endswith("min_lr")),
+             f"config key {key} must be positive and at most {FLOAT32_MAX:.3g}, got {lr:g}")
+    need(0 <= ow.momentum < 1, f"config key optim.weights.momentum must be in [0, 1), got "
+                               f"{ow.momentum:g}")
+    need(not ow.nesterov or ow.momentum > 0,
+         "optim.weights.nesterov needs a momentum above 0: set optim.weights.momentum (e.g. "
+         "0.9) or optim.weights.nesterov=false")
+    need(ow.warmup_epochs >= 0, "config key optim.weights.warmup_epochs must be >= 0")
+    for key, decay in (("optim.weights.weight_decay", ow.weight_decay),
+                       ("optim.theta.weight_decay", ot.weight_decay)):
+        need(0 <= decay <= FLOAT32_MAX, f"config key {key} must be >= 0, got {decay:g}")
+    for key, beta in (("optim.theta.beta1", ot.beta1), ("optim.theta.beta2", ot.beta2)):
+        need(0 <= beta < 1, f"config key {key} must be in [0, 1) (Adam's decay rate), got "
+                            f"{beta:g}")
     need(cfg.run.threads is None or cfg.run.threads >= 1, "config key run.threads must be >= 1")
     need(cfg.run.log_every >= 1, "config key run.log_every must be >= 1")
     r = cfg.retrain

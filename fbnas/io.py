@@ -1,4 +1,9 @@
-"""Atomic file writes: a temporary file in the same folder, fsync, then rename."""
+"""Reading and writing the files fbnas keeps: atomic writes, and JSON or YAML read safely.
+
+Writes go to a temporary file in the same folder, fsync, then rename. Reads turn whatever a
+damaged or hostile file can do to a parser (truncation, a key given twice, an integer too long
+to convert, nesting deep enough to exhaust the interpreter's stack) into one-line errors.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any, Callable
+
+import yaml
 
 from fbnas.errors import FbnasError
 
@@ -78,6 +85,62 @@ def read_json(path: str | Path, what: str) -> Any:
     except json.JSONDecodeError as e:
         raise FbnasError(f"{what} {path} is not valid JSON (truncated or corrupted?) at line "
                          f"{e.lineno}: {e.msg}") from None
+    except ValueError as e:  # an integer beyond Python's conversion limit of 4300 digits
+        raise FbnasError(f"{what} {path} holds a number fbnas cannot read ("
+                         f"{str(e).split(';')[0]}); write it with fewer digits") from None
+    except RecursionError:
+        raise FbnasError(f"{what} {path} is nested too deeply to read; no fbnas file nests "
+                         "more than a few levels") from None
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a mapping that names a key twice is an error: the safe loader
+    keeps the last value silently, so a config with two ``epochs:`` ran the one the user did
+    not mean."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.value == "<<":
+                    continue
+                key = key_node.value
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"the key {key!r} is given twice; keep one",
+                        key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def parse_yaml(text: str, what: str) -> Any:
+    """YAML text through the strict safe loader; any failure a one-line FbnasError."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        problem = getattr(e, "problem", None)
+        why = f": {problem}" if problem and "twice" in problem else ""
+        raise FbnasError(f"{what} is not valid YAML{where}{why}") from None
+    except ValueError as e:  # an integer beyond Python's conversion limit of 4300 digits
+        raise FbnasError(f"{what} holds a number fbnas cannot read ("
+                         f"{str(e).split(';')[0]}); write it with fewer digits") from None
+    except RecursionError:
+        raise FbnasError(f"{what} is nested too deeply to read; no fbnas file nests more "
+                         "than a few levels") from None
+
+
+def load_yaml(path: Any, what: str) -> Any:
+    """Read a YAML file (a path or a bundled file) with the strict safe loader."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise FbnasError(f"cannot read {what} {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise FbnasError(f"{what} {path} is not a text file (not UTF-8); give a YAML "
+                         "file") from None
+    return parse_yaml(text, f"{what} {path}")
 
 
 def refuse_overwrite(path: str | Path, force: bool) -> None:

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from fbnas.arch.limits import (MAX_CHANNELS, MAX_CLASSES, MAX_KERNEL, MAX_LAYERS, MAX_RESOLUTION,
                                at_most, check_map, check_weights)
 from fbnas.arch.ops import SUPPORTED_STRIDES, check_op_fits, op_width, out_size
 from fbnas.errors import FbnasError
+from fbnas.io import load_yaml
 from fbnas.resources import bundled, names_a_file
 
 
@@ -206,23 +206,6 @@ class SearchSpace:
 def bundled_spaces() -> dict[str, Any]:
     """Names of the spaces that ship in fbnas/spaces, mapped to their files."""
     return bundled("spaces")
-
-
-def load_yaml(path: Any, what: str) -> Any:
-    """Read a YAML file (a path or a bundled file) with the safe loader, failures in one line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise FbnasError(f"cannot read {what} {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise FbnasError(f"{what} {path} is not a text file (not UTF-8); give a YAML "
-                         "file") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise FbnasError(f"{what} {path} is not valid YAML{where}") from None
 
 
 def load_space(name_or_path: str | Path) -> SearchSpace:

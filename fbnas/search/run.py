@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from fbnas.arch.space import load_space
 from fbnas.config import Config
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, UsageError
 from fbnas.io import file_hash
 from fbnas.latency.lut import load_lut
 from fbnas.runs.data import BatchLoader
@@ -175,6 +175,11 @@ class Search(Trainer):
         seed = self.cfg.run.seed
         self.train_loader = self.train_batches(data, splits["weights"], seed, **common)
         self.theta_loader = self.train_batches(data, splits["theta"], seed + 1, **common)
+        batches = len(self.train_loader)
+        if self.cfg.search.alternation == "step" and self.accumulate > batches:
+            raise UsageError(f"search.accumulate ({self.accumulate}) is above the {batches} "
+                             "weight batches of an epoch, so no step would ever run; use at "
+                             f"most --set search.accumulate={max(1, batches)}")
         # the same un-augmented weight-split images on every process, so that recalibrated
         # statistics agree across ranks without communication
         n = min(self.cfg.search.recalibrate_images, len(splits["weights"]))
