@@ -94,6 +94,12 @@ def test_ctrl_c_saves_mid_epoch_and_resume_is_exact(tmp_path, tiny_lut_file, mon
     run_search(cfg, tmp_path / "split", resume=True, echo=quiet)
     same_state(load_checkpoint(tmp_path / "full/checkpoints/last.pt"),
                load_checkpoint(tmp_path / "split/checkpoints/last.pt"))
+    # the interrupted epoch's losses cover its steps before the interrupt too
+    full, split = ([json.loads(line) for line in (tmp_path / d / "metrics.jsonl").open()]
+                   for d in ("full", "split"))
+    assert len(full) == len(split) == 1
+    for key in ("weights_loss", "weights_ce", "theta_loss", "theta_ce"):
+        assert split[0][key] == pytest.approx(full[0][key], rel=1e-6), key
 
 
 def test_non_finite_loss_stops_and_keeps_checkpoint(tmp_path, tiny_lut_file):

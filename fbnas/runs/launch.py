@@ -3,8 +3,9 @@
 The order matters to the user: the run directory is checked first (a bad ``--out`` fails
 before any data is read), the trainer sets up next (space, table, data, model, a resumed
 checkpoint), and only when that succeeded is the run directory created and its files
-written, so a run refused for bad input leaves no folder behind. Under torchrun rank 0 alone
-touches the file system, and its error, if any, stops every rank.
+written, so a run refused for bad input leaves no folder behind. One process at a time may
+write a run directory (fbnas.runs.rundir.RunLock). Under torchrun rank 0 alone touches the
+file system, and its error, if any, stops every rank.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from fbnas.errors import FbnasError
 from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.runs.dist import DistInfo, init_from_env, peer_failed, run_on_main, shutdown
 from fbnas.runs.logs import run_log
-from fbnas.runs.rundir import RunPaths, check_run_dir, start_run_dir
+from fbnas.runs.rundir import RunLock, RunPaths, check_run_dir, start_run_dir
 from fbnas.runs.trainer import Trainer
 
 
@@ -40,6 +41,7 @@ def launch(trainer_cls: type[Trainer], cfg: Config, out: str | Path, resume: boo
     given, to ``echo``.
     """
     out = Path(out)
+    lock = None
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
     info = init_from_env("cuda" if cfg.run.device == "cuda" or
@@ -50,6 +52,8 @@ def launch(trainer_cls: type[Trainer], cfg: Config, out: str | Path, resume: boo
             if device.type == "cuda":
                 torch.cuda.set_device(device)
             collectives = device if device.type == "cuda" else torch.device("cpu")
+            # the lock first: a run that holds the folder is "in use", not "not empty"
+            lock = run_on_main(lambda: RunLock(RunPaths(out)), info, collectives)
             paths = run_on_main(lambda: check_run_dir(out, resume, force), info,
                                 collectives) or RunPaths(out)
             if cfg.data.download:
@@ -60,6 +64,7 @@ def launch(trainer_cls: type[Trainer], cfg: Config, out: str | Path, resume: boo
             trainer = trainer_cls(cfg, paths, info, device, ckpt)
 
             def start() -> None:
+                lock.started = True
                 start_run_dir(paths, fresh=not resume)
                 log.open(paths.log)
                 trainer.write_run_files()
@@ -74,4 +79,6 @@ def launch(trainer_cls: type[Trainer], cfg: Config, out: str | Path, resume: boo
                              "(its message is above)") from None
         raise
     finally:
+        if lock is not None:
+            lock.release()
         shutdown(info)

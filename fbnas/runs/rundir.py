@@ -77,7 +77,7 @@ def check_run_dir(out: str | Path, resume: bool, force: bool) -> RunPaths:
     if resume:
         if not paths.last.is_file():
             raise FbnasError(f"nothing to resume: {paths.last} does not exist")
-    elif out.is_dir() and any(out.iterdir()) and not force:
+    elif out.is_dir() and any(p.name != RunLock.NAME for p in out.iterdir()) and not force:
         raise FbnasError(f"run directory {out} is not empty; pass --resume to continue the "
                          "run in it or --force to start over")
     # a file the run writes first: its nearest existing folder must accept new files
@@ -85,13 +85,82 @@ def check_run_dir(out: str | Path, resume: bool, force: bool) -> RunPaths:
     return paths
 
 
+class RunLock:
+    """The one writer of a run directory: an exclusive ``flock`` on RUN_DIR/.lock, held by
+    the process that runs (rank 0 under torchrun) until it ends.
+
+    Two runs started together on one ``--out`` both passed the "not empty" check and then
+    wrote the same files: one result was lost and metrics.jsonl held every epoch twice; a
+    ``--resume`` beside a live run did the same. The kernel drops the lock when its process
+    dies, however it dies, so a killed run never leaves the folder locked. The folder is made
+    to hold the lock; if the run then fails before it starts, the folders it made go again.
+    """
+
+    NAME = ".lock"
+
+    def __init__(self, paths: RunPaths):
+        import fcntl
+
+        # the folders this lock makes (the run directory and any missing parents), innermost first
+        self.paths, self.made = paths, []
+        folder = paths.root
+        while not folder.exists() and folder != folder.parent:
+            self.made.append(folder)
+            folder = folder.parent
+        try:
+            paths.root.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(paths.root / self.NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise FbnasError(f"cannot use {paths.root} as the run directory: "
+                             f"{e.strerror or e}; pick another --out") from None
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(self.fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(self.fd)
+            raise FbnasError(f"run directory {paths.root} is in use by another fbnas process "
+                             f"(pid {holder}); wait for it to end, or pick another --out")
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+        self.started = False
+
+    def release(self) -> None:
+        """Unlock; remove the folder if this lock made it and the run never started."""
+        if self.fd is None:
+            return
+        if self.made and not self.started:
+            (self.paths.root / self.NAME).unlink(missing_ok=True)
+            for folder in self.made:
+                try:
+                    folder.rmdir()
+                except OSError:  # not empty: someone else put something there
+                    break
+        os.close(self.fd)  # closing the descriptor drops the flock
+        self.fd = None
+
+
+def remove_stale_temporaries(paths: RunPaths) -> int:
+    """Delete the temporary files of atomic writes that a killed run left (``.NAME.*.tmp``):
+    under the run's lock nothing else can be writing them. Returns how many went."""
+    gone = 0
+    for folder in (paths.root, paths.checkpoints, paths.pictures):
+        if folder.is_dir():
+            for p in folder.glob(".*.tmp"):
+                if p.is_file():
+                    p.unlink(missing_ok=True)
+                    gone += 1
+    return gone
+
+
 def start_run_dir(paths: RunPaths, fresh: bool) -> None:
-    """Create the folder; for a fresh run, remove what an earlier run (--force) left in it."""
+    """Create the folder; for a fresh run, remove what an earlier run (--force) left in it;
+    for a resumed one, what a killed run left half-written."""
     if fresh:
-        for p in (paths.checkpoints, paths.tensorboard):
+        for p in (paths.checkpoints, paths.tensorboard, paths.pictures):
             shutil.rmtree(p, ignore_errors=True)
         for p in (paths.config, paths.log, paths.metrics, paths.lut):
             p.unlink(missing_ok=True)
+    remove_stale_temporaries(paths)
     try:
         paths.root.mkdir(parents=True, exist_ok=True)
     except OSError as e:

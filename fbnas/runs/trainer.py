@@ -12,6 +12,7 @@ how a run is started, fbnas.runs.launch.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
@@ -108,6 +109,10 @@ class Trainer:
     def epoch_line_extras(self, record: dict) -> list[str]:
         return []
 
+    def on_resume(self) -> None:
+        """Called once when a run resumes, with the run directory ready: redo what a kill
+        between the checkpoint and the end of an epoch's logging left undone."""
+
     def epoch_warnings(self) -> list[str]:
         """One-line warnings after an epoch: how the run is going wrong, if it is."""
         return epoch_warnings(self.history, self.classes)
@@ -170,6 +175,7 @@ class Trainer:
             cosine_factor(steps, self.epochs, self.lr_warmup_epochs(), ow.min_lr / ow.lr))
         self.epoch = 0
         self.position = 0  # plan items already done in the current epoch
+        self.epoch_stats = {p: PhaseStats() for p in self.phases}  # their sums
         self.global_step = 0
         self.history: list[dict] = []
         self.rng_state = None
@@ -208,6 +214,9 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "rng_torch": torch.get_rng_state() if self.position else None,
             "history": self.history, "world_size": self.info.world_size,
+            # mid-epoch: the sums so far, so that the resumed epoch's record covers all of it
+            "epoch_stats": ({p: dataclasses.asdict(st) for p, st in self.epoch_stats.items()}
+                            if self.position else None),
             **self.extra_state(),
         }
 
@@ -227,6 +236,13 @@ class Trainer:
         self.global_step = int(ckpt.get("global_step", 0))
         self.history = list(ckpt.get("history", []))
         self.rng_state = ckpt.get("rng_torch")
+        sums = ckpt.get("epoch_stats")
+        if self.position and isinstance(sums, dict):
+            try:
+                self.epoch_stats = {p: PhaseStats(**sums[p]) for p in self.phases}
+            except (KeyError, TypeError):
+                raise FbnasError(f"cannot resume from {self.paths.last}: its epoch_stats are "
+                                 "damaged; start over with --force") from None
         if self.position and ckpt.get("world_size", 1) != self.info.world_size:
             raise FbnasError("this checkpoint was saved mid-epoch by a run with a different "
                              "number of processes; resume it with the same number")
@@ -238,7 +254,9 @@ class Trainer:
     # -- one epoch ---------------------------------------------------------------------------
     def train_epoch(self, epoch: int) -> dict[str, PhaseStats]:
         cfg, k = self.cfg, self.accumulate
-        stats = {p: PhaseStats() for p in self.phases}
+        if not self.position:  # a resumed epoch goes on from the checkpoint's sums
+            self.epoch_stats = {p: PhaseStats() for p in self.phases}
+        stats = self.epoch_stats
         micro = {p: 0 for p in self.phases}
         self.model.train()
         progress = Progress(self.plan_length(epoch) - self.position, f"epoch {epoch + 1}",
@@ -380,6 +398,8 @@ class Trainer:
         else:
             self.log(f"resuming at epoch {self.epoch + 1}"
                      + (f", item {self.position}" if self.position else ""))
+        if self.epoch and self.info.is_main:
+            self.on_resume()
         done_now = 0
         try:
             with self._interrupt_guard():

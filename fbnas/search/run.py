@@ -339,6 +339,13 @@ class Search(Trainer):
             record["found_val_top1"] = ev["top1"]
         return record
 
+    def on_resume(self) -> None:
+        """Draw the last finished epoch's pictures if a kill after its checkpoint stopped
+        them: the checkpoint's theta is that epoch's, and no later epoch redraws them."""
+        if self.position == 0 and self.history and not (
+                self.paths.pictures / f"theta_epoch{self.epoch:03d}.png").is_file():
+            self._draw(self.epoch - 1, self.net.probabilities())
+
     def epoch_warnings(self) -> list[str]:
         return search_warnings(self.history, self.classes)
 
