@@ -49,6 +49,10 @@ def check_writable(path: str | Path, option: str = "--out") -> None:
     ancestor must be a folder that accepts a new file (probed by creating and removing one,
     which also catches read-only mounts and /proc, where permission bits say nothing)."""
     path = Path(path)
+    try:
+        path.exists()
+    except OSError as e:  # a name longer than the file system allows, for one
+        raise FbnasError(f"cannot write {path}: {e.strerror}; pick another {option}") from None
     if path.is_dir():
         raise FbnasError(f"{option} {path} is a folder; give a file path")
     folder = path.parent

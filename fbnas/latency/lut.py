@@ -234,6 +234,10 @@ def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: 
     }
 
 
+#: the largest time an entry may hold, in microseconds (1000 s): beyond any block's latency
+MAX_ENTRY_US = 1e9
+
+
 def _positive(value: Any, allow_zero: bool) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
@@ -332,6 +336,11 @@ class LUT:
                 if not ok:
                     raise self._err(f"entry {key} has a bad {field}: {e.get(field)!r} "
                                     "(want a finite positive number)")
+            for field in ("median", "iqr", "min"):
+                if e[field] > MAX_ENTRY_US:  # sums of such entries overflow to inf
+                    raise self._err(f"entry {key} has a {field} of {e[field]:.3g} us, above "
+                                    f"{MAX_ENTRY_US:.0e} us (1000 s): not a measurement; re-run "
+                                    "fbnas profile")
         for li, layer in enumerate(d["layers"]):
             cands = layer.get("candidates") if isinstance(layer, dict) else None
             if not isinstance(cands, dict) or not cands:
@@ -352,6 +361,13 @@ class LUT:
             if not (isinstance(cal, dict) and _positive(cal.get("a"), False)
                     and isinstance(cal.get("b"), (int, float)) and math.isfinite(cal["b"])):
                 raise self._err("calibration must hold a positive 'a' and a finite 'b'")
+            fastest = sum(min(entries[k]["median"] for k in layer["candidates"].values())
+                          for layer in d["layers"])
+            fastest += sum(entries[k]["median"] for k in d["fixed"].values())
+            if cal["a"] * fastest + cal["b"] <= 0:
+                raise self._err(f"its calibration ({cal['a']:.4g} * table sum + {cal['b']:.4g} "
+                                f"us) predicts {cal['a'] * fastest + cal['b']:.4g} us for the "
+                                "fastest network; re-run fbnas calibrate")
         try:
             self._space = SearchSpace.from_dict(d["space"]["definition"])
         except FbnasError as e:

@@ -177,8 +177,12 @@ def _read_cifar_batch(path: Path, num_classes: int) -> tuple[np.ndarray, np.ndar
         raise FbnasError(f"{path}: 'data' is {type(x).__name__} {shape}, not uint8 N x 3072; "
                          f"{layout}")
     try:
-        y = np.asarray(y, dtype=np.int64)
-    except (TypeError, ValueError):
+        raw = np.asarray(y)
+        # a float or string label would be truncated or parsed into another class
+        if raw.dtype.kind not in "iu" and raw.size:
+            raise TypeError
+        y = raw.astype(np.int64)
+    except (TypeError, ValueError, OverflowError):
         raise FbnasError(f"{path}: 'labels' is not a list of integers; {layout}") from None
     if y.shape != (x.shape[0],):
         raise FbnasError(f"{path}: {x.shape[0]} images but {y.size} labels; {layout}")
@@ -276,6 +280,9 @@ def _decode_classes(dirs: list[Path], ids: list[int], resolution: int,
                 img = ImageOps.fit(img.convert("RGB"), (resolution, resolution),
                                    Image.Resampling.BICUBIC)
                 out[n] = np.asarray(img)
+        except Image.DecompressionBombError:
+            raise FbnasError(f"image {path} has more pixels than Pillow opens safely (a "
+                             "decompression bomb?); shrink it or remove it") from None
         except (OSError, UnidentifiedImageError, ValueError) as e:
             raise FbnasError(f"cannot decode image {path}: {e}") from None
     images = torch.from_numpy(out).permute(0, 3, 1, 2).contiguous()

@@ -34,12 +34,17 @@ class RunData:
 
 
 def load_run_data(cfg: Config, info: DistInfo, device: torch.device, resolution: int,
-                  num_classes: int) -> RunData:
+                  num_classes: int, in_channels: int = 3) -> RunData:
     """Load the data set, check it fits the network, split it and build the eval loaders."""
     data = load_dataset(cfg.data.dir, cfg.data.kind, cfg.data.resolution)
     if data.resolution != resolution:
         raise FbnasError(f"the data is {data.resolution}x{data.resolution} but the network "
                          f"expects {resolution}x{resolution} inputs")
+    channels = data.train_images.shape[1]
+    if channels != in_channels:
+        raise FbnasError(f"the data's images have {channels} channels but the network expects "
+                         f"{in_channels}-channel inputs; use a space or architecture with "
+                         f"input channels: {channels}")
     if len(data.classes) != num_classes:
         raise FbnasError(f"the data has {len(data.classes)} classes but the network's head has "
                          f"{num_classes}")

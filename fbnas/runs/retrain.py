@@ -36,6 +36,7 @@ class Retrain(Trainer):
         self.arch_name, self.definition = select(r.arch, r.name)
         self.epochs = r.epochs
         self.resolution = self.definition["input"]["resolution"]
+        self.in_channels = self.definition["input"]["channels"]
         self.num_classes = self.definition["head"]["classes"]
 
     def lr_warmup_epochs(self) -> float:

@@ -72,6 +72,11 @@ def check_run_dir(out: str | Path, resume: bool, force: bool) -> RunPaths:
     refuse a folder that cannot be written; changes nothing on disk."""
     out = Path(out)
     paths = RunPaths(out)
+    try:
+        out.exists()
+    except OSError as e:  # a name longer than the file system allows, for one
+        raise FbnasError(f"cannot use {out} as the run directory: {e.strerror}; pick another "
+                         "--out") from None
     if out.exists() and not out.is_dir():
         raise FbnasError(f"run directory {out} is a file; pick another --out")
     if resume:
@@ -104,10 +109,10 @@ class RunLock:
         # the folders this lock makes (the run directory and any missing parents), innermost first
         self.paths, self.made = paths, []
         folder = paths.root
-        while not folder.exists() and folder != folder.parent:
-            self.made.append(folder)
-            folder = folder.parent
         try:
+            while not folder.exists() and folder != folder.parent:
+                self.made.append(folder)
+                folder = folder.parent
             paths.root.mkdir(parents=True, exist_ok=True)
             self.fd = os.open(paths.root / self.NAME, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:

@@ -60,6 +60,7 @@ class Trainer:
     epochs: int
     accumulate: int = 1
     resolution: int
+    in_channels: int = 3
     num_classes: int
 
     def build_model(self) -> nn.Module:
@@ -194,7 +195,8 @@ class Trainer:
             logger.warning(f"warning: {msg}")
 
     def _load_data(self) -> None:
-        rd = load_run_data(self.cfg, self.info, self.device, self.resolution, self.num_classes)
+        rd = load_run_data(self.cfg, self.info, self.device, self.resolution, self.num_classes,
+                           self.in_channels)
         self.classes, self.splits = rd.classes, rd.splits
         self.make_train_loaders(rd.data, rd.splits, **rd.common)
         self.val_loader, self.test_loader = rd.val_loader, rd.test_loader

@@ -107,6 +107,7 @@ class Search(Trainer):
         self.epochs = cfg.search.epochs
         self.accumulate = cfg.search.accumulate
         self.resolution = self.space.resolution
+        self.in_channels = self.space.in_channels
         self.num_classes = self.space.num_classes
         self.find_unused_parameters = cfg.search.mode == "hard"
         lo = cfg.loss
@@ -148,9 +149,12 @@ class Search(Trainer):
 
     def check_resume(self, ckpt: dict) -> None:
         if ckpt.get("space_hash") != self.space.hash:
+            space = ckpt.get("space")
+            name = space.get("name", "?") if isinstance(space, dict) else "not recorded"
             raise FbnasError(f"cannot resume: the run searched a different space "
-                             f"({ckpt['space']['name']}, hash {ckpt.get('space_hash')}) than "
-                             f"{self.space.name} (hash {self.space.hash})")
+                             f"({name}, hash {ckpt.get('space_hash')}) than "
+                             f"{self.space.name} (hash {self.space.hash}); start over with "
+                             "--force")
         if ckpt.get("lut_hash") != self.lut_hash:
             raise FbnasError(f"cannot resume: lookup table {self.lut_path} differs from the one "
                              f"the run started with ({ckpt.get('lut_path')})")
