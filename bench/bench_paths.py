@@ -3,7 +3,7 @@
 Trains only the weights (theta fixed) of the fbnet_cifar supernet with SGD (momentum 0.9,
 weight decay 1e-4), one Gumbel path per batch, and prints the mean training CE, batch
 accuracy and the last gradient norm every --every steps. Options reproduce the measurements
-behind the supernet's defaults (README, Supernet):
+behind the supernet's defaults (docs/search.md, Supernet):
 
     python bench/bench_paths.py --plain --restrict k3_e3          # one fixed path: learns
     python bench/bench_paths.py --plain --restrict k3_e3,k5_e3    # two switching ops: do not

@@ -228,7 +228,7 @@ def test_fbnet_c_summary_is_within_the_papers_figures(tmp_path, monkeypatch):
 
 
 def test_fbnet_a_and_b_counts():
-    """What this repository's blocks give for the other two (the README's table): FBNet-A
+    """What this repository's blocks give for the other two (docs/spaces.md's table): FBNet-A
     within 1% of the paper; FBNet-B over it, mostly because fbnas's e1 blocks keep their
     first 1x1 conv."""
     a = totals(select("fbnet_a")[1])

@@ -5,7 +5,7 @@ one :class:`OpFamily` per kind of op, owning the names that fully match its patt
 (:func:`parse_op`), shape checks (:func:`check_op_fits`), building (:func:`build_op`) and the
 fused supernet forward (:mod:`fbnas.search.fused`, through :attr:`OpFamily.fused`) all read the
 registry, so adding a candidate op is one :func:`register_op` call (see "Adding a candidate
-op" in the README). Two families ship:
+op" in docs/spaces.md). Two families ship:
 
 - ``kK_eE[_gG]``, FBNet's inverted-residual block: a 1x1 conv (grouped when G > 1) expanding
   C_in to E*C_in channels, BN, ReLU, a channel shuffle when G > 1, a KxK depthwise conv
