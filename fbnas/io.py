@@ -89,12 +89,18 @@ def read_json(path: str | Path, what: str) -> Any:
     except json.JSONDecodeError as e:
         raise FbnasError(f"{what} {path} is not valid JSON (truncated or corrupted?) at line "
                          f"{e.lineno}: {e.msg}") from None
-    except ValueError as e:  # an integer beyond Python's conversion limit of 4300 digits
-        raise FbnasError(f"{what} {path} holds a number fbnas cannot read ("
-                         f"{str(e).split(';')[0]}); write it with fewer digits") from None
-    except RecursionError:
-        raise FbnasError(f"{what} {path} is nested too deeply to read; no fbnas file nests "
-                         "more than a few levels") from None
+    except (ValueError, RecursionError) as e:
+        raise _beyond_parser(f"{what} {path}", e) from None
+
+
+def _beyond_parser(what: str, e: Exception) -> FbnasError:
+    """What a parser's ValueError (an integer beyond Python's conversion limit of 4300
+    digits) or RecursionError (nesting deeper than the interpreter's stack) means."""
+    if isinstance(e, RecursionError):
+        return FbnasError(f"{what} is nested too deeply to read; no fbnas file nests more "
+                          "than a few levels")
+    return FbnasError(f"{what} holds a number fbnas cannot read ({str(e).split(';')[0]}); "
+                      "write it with fewer digits")
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -127,12 +133,8 @@ def parse_yaml(text: str, what: str) -> Any:
         problem = getattr(e, "problem", None)
         why = f": {problem}" if problem and "twice" in problem else ""
         raise FbnasError(f"{what} is not valid YAML{where}{why}") from None
-    except ValueError as e:  # an integer beyond Python's conversion limit of 4300 digits
-        raise FbnasError(f"{what} holds a number fbnas cannot read ("
-                         f"{str(e).split(';')[0]}); write it with fewer digits") from None
-    except RecursionError:
-        raise FbnasError(f"{what} is nested too deeply to read; no fbnas file nests more "
-                         "than a few levels") from None
+    except (ValueError, RecursionError) as e:
+        raise _beyond_parser(what, e) from None
 
 
 def load_yaml(path: Any, what: str) -> Any:
