@@ -262,6 +262,7 @@ def budget(args) -> None:
 
     row = {
         "target_ms": args.target_ms, "config": args.config, "sets": args.set,
+        "loss": {"target_on": cfg.loss.target_on, "target_weight": cfg.loss.target_weight},
         "search_epochs": len(hist), "retrain_epochs": args.retrain_epochs,
         "search_minutes": round(sum(r["seconds"] for r in hist) / 60, 2),
         "supernet_val_top1": [round(r.get("val_top1", float("nan")), 2) for r in hist],
@@ -288,6 +289,13 @@ def budget(args) -> None:
     print(f"appended to {results}")
 
 
+def recipe(row: dict) -> str:
+    """The budget loss a row was searched with; rows from before the record named it used
+    the sampled network's latency with weight 0.2."""
+    lo = row.get("loss", {"target_on": "sample", "target_weight": 0.2})
+    return f"LAT of {lo['target_on']}, w {lo['target_weight']:g}"
+
+
 def verdict(row: dict) -> dict:
     """The found network's mean top-1 against the control and the random ones."""
     import statistics as st
@@ -303,14 +311,15 @@ def verdict(row: dict) -> dict:
 
 
 def print_report(rows: list[dict]) -> None:
-    print("| budget ms | found ms (predicted / measured) | skip | found top-1 % | control ms "
-          "| control top-1 % | random top-1 % (median, n) | found beats | supernet val top-1 "
+    print("| budget ms | loss | found ms (predicted / measured) | skip | found top-1 % | control "
+          "ms | control top-1 % | random top-1 % (median, n) | found beats | supernet val top-1 "
           "(last) | found net val top-1 (last) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for row in sorted(rows, key=lambda r: r["target_ms"]):
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for row in sorted(rows, key=lambda r: (recipe(r), r["target_ms"])):
         v, fd, ct = verdict(row), row["found"], row["control"]
         pct = 100 * v["beaten"] / v["randoms"] if v["randoms"] else float("nan")
-        print(f"| {row['target_ms']:g} | {fd['predicted_ms']:.3f} / {fd['measured_ms']:.3f} "
+        print(f"| {row['target_ms']:g} | {recipe(row)} | {fd['predicted_ms']:.3f} / "
+              f"{fd['measured_ms']:.3f} "
               f"| {fd['ops'].count('skip')}/{len(fd['ops'])} | {v['found']:.2f} +- "
               f"{v['found_sd']:.2f} | {ct['predicted_ms']:.3f} | {v['control']:.2f} +- "
               f"{v['control_sd']:.2f} | {v['random_median']:.2f} ({v['randoms']}) | control: "
@@ -329,6 +338,8 @@ def draw(rows: list[dict], png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # the newest row's recipe first, drawn solid; earlier recipes dashed
+    recipes = list(dict.fromkeys(recipe(row) for row in reversed(rows)))
     rows = sorted(rows, key=lambda r: r["target_ms"])
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     rx = [r["predicted_ms"] for row in rows for r in row["random"]]
@@ -337,11 +348,14 @@ def draw(rows: list[dict], png: Path) -> None:
     ax.scatter([row["control"]["predicted_ms"] for row in rows],
                [st.mean(row["control"]["top1"]) for row in rows], marker="x", color="tab:red",
                label="cost-only control")
-    fx = [row["found"]["predicted_ms"] for row in rows]
-    fy = [st.mean(row["found"]["top1"]) for row in rows]
-    ax.plot(fx, fy, "o-", color="tab:blue", label="found by the search")
-    for row, x in zip(rows, fx):
-        ax.axvline(row["target_ms"], color="tab:blue", alpha=0.15, lw=4)
+    for i, name in enumerate(recipes):
+        mine = [row for row in rows if recipe(row) == name]
+        ax.plot([row["found"]["predicted_ms"] for row in mine],
+                [st.mean(row["found"]["top1"]) for row in mine], "o-" if i == 0 else "s--",
+                color=("tab:blue", "tab:cyan", "tab:purple", "tab:olive")[i % 4],
+                label=f"found by the search ({name})")
+    for ms in sorted({row["target_ms"] for row in rows}):
+        ax.axvline(ms, color="tab:blue", alpha=0.15, lw=4)
     ax.set_xlabel("predicted latency (ms; shaded: the budgets)")
     ax.set_ylabel("retrained test top-1 (%)")
     ax.grid(alpha=0.3)

@@ -39,7 +39,7 @@ def paper_loss(ce: torch.Tensor, cost: torch.Tensor, alpha: float = 0.2,
 
 
 def target_loss(ce: torch.Tensor, cost_us: torch.Tensor, target_us: float,
-                weight: float = 0.2) -> tuple[torch.Tensor, torch.Tensor]:
+                weight: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Return (loss, penalty weight * |cost / target - 1|)."""
     if target_us <= 0:
         raise FbnasError("the target latency must be positive")
