@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import sys
@@ -15,6 +16,17 @@ from fbnas.errors import FbnasError, UsageError
 from fbnas.latency.runtimes import DEFAULT_BLOCK_TIME, DEFAULT_RUNTIME, RUNTIMES
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+#: errors of the machine, not of fbnas: reported in one line instead of a traceback
+ENVIRONMENT_ERRORS = {errno.ENAMETOOLONG, errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM,
+                      errno.EDQUOT, errno.EMFILE, errno.ENFILE, errno.EIO}
+
+
+def _finite(ctx, param, value):
+    """Refuse inf and nan, which click's FloatRange lets through (profile --extra-time nan
+    ran forever; --block-time inf stopped with a traceback)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter("must be a finite number")
+    return value
 
 
 class Group(click.Group):
@@ -36,6 +48,14 @@ class Group(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
+        except OSError as e:
+            # the file system said no where no check of fbnas's could have known it would: a
+            # full disk, a name too long, a read-only or vanished folder
+            if e.errno not in ENVIRONMENT_ERRORS:
+                raise
+            where = f": {e.filename}" if e.filename else ""
+            click.echo(f"error: {e.strerror}{where}", err=True)
+            sys.exit(1)
 
 
 @click.group(cls=Group, context_settings=CONTEXT)
@@ -54,8 +74,26 @@ def main() -> None:
 @main.command(context_settings=CONTEXT)
 @click.option("--space", "space_name", required=True,
               help="Bundled space name (fbnet_cifar, fbnet_imagenet, tiny) or a space YAML file.")
-@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to write the lookup table (JSON).")
+@click.option("--out", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the lookup table (JSON); not with --bundle.")
+@click.option("--bundle", default=None, type=click.Path(path_type=Path), metavar="DIR",
+              help="Time nothing: write a folder to copy to the device the network will run on "
+                   "(every entry and the calibration networks as ONNX files, manifest.json, "
+                   "run.py, which needs only Python 3 with onnxruntime and numpy there).")
+@click.option("--precision", default="fp32", show_default=True,
+              type=click.Choice(["fp32", "int8"]),
+              help="With --bundle: int8 quantizes every file (ONNX Runtime static QDQ, "
+                   "per-channel weights); networks need --data-dir for it.")
+@click.option("--networks", default=50, show_default=True, type=click.IntRange(min=5),
+              help="With --bundle: random whole networks for the calibration (as fbnas "
+                   "calibrate --networks; 2 of every 5, at most 20, fit it).")
+@click.option("--data-dir", default=None,
+              help="With --bundle --precision int8: CIFAR-10 (python format) whose training "
+                   "images calibrate the networks' quantization.")
+@click.option("--from-results", default=None, type=click.Path(dir_okay=False, path_type=Path),
+              metavar="RESULTS",
+              help="Time nothing: turn the results a bundle's run.py wrote on the device into "
+                   "the table --out, calibrated on the bundle's networks.")
 @click.option("--runtime", default=DEFAULT_RUNTIME, show_default=True,
               type=click.Choice(RUNTIMES),
               help="What runs the timed entries: onnxruntime (each entry exported as fbnas "
@@ -70,31 +108,117 @@ def main() -> None:
 @click.option("--rounds", default=80, show_default=True, type=click.IntRange(min=1),
               help="Rounds that time every entry once.")
 @click.option("--extra-time", default=50.0, show_default=True, type=click.FloatRange(min=0),
-              help="Seconds of further rounds, only for candidates whose order against their "
+              callback=_finite, help="Seconds of further rounds, only for candidates whose order against their "
                    "layer's fastest is not yet settled (within 3% and 3 standard errors) and "
                    "for noisy entries.")
 @click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,
-              type=click.FloatRange(min=0.0001), help="Seconds per timed block of calls.")
+              type=click.FloatRange(min=0.0001, max=10.0), callback=_finite,
+              help="Seconds per timed block of calls.")
 @click.option("--check", "check_n", default=0, show_default=True, type=click.IntRange(min=0),
               help="After profiling, calibrate and check on N random networks (see calibrate).")
 @click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--force", is_flag=True, help="Overwrite an existing table.")
-def profile(space_name, out, runtime, threads, batch, rounds, extra_time, block_time, check_n,
-            seed, force):
+@click.option("--force", is_flag=True, help="Overwrite an existing table (or bundle folder).")
+@click.pass_context
+def profile(ctx, space_name, out, bundle, precision, networks, data_dir, from_results, runtime,
+            threads, batch, rounds, extra_time, block_time, check_n, seed, force):
     """Time every candidate op at every searchable layer into a latency lookup table.
 
     With --runtime onnxruntime (the default) every distinct entry, the stem and the head are
     exported to ONNX once and timed as their own small graphs.
 
+    For another device: --bundle DIR writes those graphs and the calibration networks to a
+    folder, without timing; copy it to the device and run python DIR/run.py --out
+    results.json there (Python 3 with onnxruntime and numpy, no fbnas); then --from-results
+    results.json --out TABLE makes the table here.
+
     \b
-    Example:
+    Examples:
       fbnas profile --space fbnet_cifar --out lookup_tables/fbnet_cifar_ort.json --threads 1
+      fbnas profile --space fbnet_cifar --bundle fbnet_cifar_bundle
+      fbnas profile --space fbnet_cifar --from-results results.json --out device.json
     """
     from fbnas.arch.space import load_space
     from fbnas.io import check_writable, refuse_overwrite
     from fbnas.latency.lut import LUT, profile_space, save_lut
     from fbnas.latency.runtimes import make_runtime
 
+    given = {p.name for p in ctx.command.params
+             if ctx.get_parameter_source(p.name) in (click.core.ParameterSource.COMMANDLINE,
+                                                     click.core.ParameterSource.ENVIRONMENT)}
+    flags = {p.name: max(p.opts, key=len) for p in ctx.command.params}
+
+    def refuse(names, why):
+        bad = [flags[n] for n in names if n in given]
+        if bad:
+            raise UsageError(f"{bad[0]} does not apply {why}; drop it")
+
+    timing = ("runtime", "threads", "rounds", "extra_time", "block_time", "check_n")
+    if bundle is not None and from_results is not None:
+        raise UsageError("--bundle writes a folder for the device and --from-results reads its "
+                         "results back; pick one")
+    if bundle is not None:
+        refuse(timing, "to --bundle (the device's run.py times the bundle and takes --threads, "
+                       "--rounds, --extra-time, --block-time there)")
+        if out is not None:
+            raise UsageError("--bundle writes a folder, not a table; drop --out (the table "
+                             "comes from --from-results later)")
+        if data_dir is not None and precision != "int8":
+            raise UsageError("--data-dir calibrates int8 quantization; add --precision int8 or "
+                             "drop it")
+        from fbnas.latency.bundle import write_bundle
+
+        space = load_space(space_name)
+        images = source = None
+        if precision == "int8" and data_dir is not None:
+            import torch
+
+            from fbnas.latency.bundle import NETWORK_CALIBRATION_IMAGES
+            from fbnas.runs.data import load_dataset, normalize
+
+            data = load_dataset(data_dir, "cifar10", resolution=space.resolution)
+            pick = torch.randperm(len(data.train_images),
+                                  generator=torch.Generator().manual_seed(seed))
+            pick = pick[:NETWORK_CALIBRATION_IMAGES]
+            images = normalize(data.train_images[pick], data.mean, data.std).numpy()
+            source = str(data_dir)
+        manifest = write_bundle(space, bundle, precision=precision, batch=batch,
+                                networks=networks, seed=seed, images=images,
+                                images_source=source, force=force, source=str(space_name))
+        cal = manifest["calibration"]
+        click.echo(f"bundle for space {space.name} (hash {space.hash}): "
+                   f"{len(manifest['entries'])} entries, {cal['networks']} calibration networks "
+                   f"({cal['fit']} fit), {precision}, batch {batch}, opset {manifest['opset']}, "
+                   f"{manifest['total_bytes'] / 1e6:.1f} MB, exported in "
+                   f"{manifest['export']['seconds']:.0f} s")
+        click.echo(f"wrote {bundle}")
+        click.echo("next: copy it to the device and run there (Python 3 with onnxruntime and "
+                   f"numpy): python {bundle}/run.py --out results.json --threads 1")
+        click.echo(f"then here: fbnas profile --space {space_name} --from-results results.json "
+                   "--out TABLE.json")
+        return
+    refuse(("precision", "networks", "data_dir"), "without --bundle")
+    if from_results is not None:
+        refuse(timing + ("batch", "seed"), "to --from-results (the results hold the device's "
+                                           "timings and the bundle's settings)")
+        if out is None:
+            raise UsageError("--from-results needs --out TABLE, the lookup table to write")
+        from fbnas.latency.device import device_table
+
+        space = load_space(space_name)
+        refuse_overwrite(out, force)
+        check_writable(out)
+        data, report, problem = device_table(space, from_results, source=str(space_name))
+        click.echo(report.text())
+        if problem is not None:
+            from fbnas.errors import warn_stderr
+
+            warn_stderr(problem)
+        save_lut(data, out, force=force)
+        click.echo(LUT(data, out).summary())
+        click.echo(f"wrote {out}")
+        return
+    if out is None:
+        raise UsageError("give --out TABLE (or --bundle DIR to time on another device)")
     if 0 < check_n < 5:
         raise UsageError("--check needs at least 5 networks (2 of every 5 fit, the rest test)")
     space = load_space(space_name)
@@ -129,7 +253,8 @@ def profile(space_name, out, runtime, threads, batch, rounds, extra_time, block_
               help="Rounds that time every network and entry once (even and odd rounds give "
                    "the two timings of the noise floor).")
 @click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,
-              type=click.FloatRange(min=0.0001), help="Seconds per timed block of calls.")
+              type=click.FloatRange(min=0.0001, max=10.0), callback=_finite,
+              help="Seconds per timed block of calls.")
 @click.option("--runtime", default=None, type=click.Choice(RUNTIMES),
               help="Runtime to time the networks in; must be the table's [default: the "
                    "table's].")
@@ -473,7 +598,8 @@ def _arch_options(f):
 @click.option("--rounds", default=60, show_default=True, type=click.IntRange(min=1),
               help="Rounds, each timing the network and its table entries once.")
 @click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,
-              type=click.FloatRange(min=0.0001), help="Seconds per timed block of calls.")
+              type=click.FloatRange(min=0.0001, max=10.0), callback=_finite,
+              help="Seconds per timed block of calls.")
 @click.option("--seed", default=0, show_default=True, type=int)
 def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_time, seed):
     """Measure an architecture's whole-network latency and compare it with the prediction.
@@ -482,7 +608,10 @@ def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_ti
     the table's runtime: for onnxruntime the network and its table entries are exported to
     ONNX and run by ONNX Runtime; for eager the modules run in eval mode under
     inference_mode. The prediction is the lookup table's (calibrated when the
-    table has a calibration); the error is (predicted - measured) / measured.
+    table has a calibration); the error is (predicted - measured) / measured. A table
+    measured on another device by a bundle's run.py (fbnas profile --bundle) is timed
+    against only on a machine that matches its device record (CPU model, architecture, OS;
+    fp32, CPU provider); elsewhere the command prints the table's prediction alone.
 
     \b
     Example:
@@ -494,6 +623,14 @@ def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_ti
 
     name, defn = select(arch_path, name)
     lut = recorded_lut(defn, lut_path, arch_path=arch_path)
+    if lut is not None:
+        from fbnas.latency.device import not_here, prediction_report
+
+        # a table measured on another device by a bundle's run.py: predict, do not time here
+        reason = not_here(lut)
+        if reason is not None:
+            click.echo(prediction_report(defn, lut, reason, batch=batch, runtime=runtime))
+            return
     click.echo(latency_report(defn, lut, threads=threads, batch=batch, rounds=rounds,
                               block_time=block_time, seed=seed, runtime=runtime))
 
@@ -533,22 +670,43 @@ def summary(arch_path, name, lut_path):
 @click.option("--format", "fmt", required=True, type=click.Choice(["pt2", "onnx"]),
               help="pt2: torch.export program; onnx: ONNX model (what onnxruntime lookup "
                    "tables time).")
+@click.option("--precision", default="fp32", show_default=True,
+              type=click.Choice(["fp32", "int8"]),
+              help="int8 (with --format onnx): ONNX Runtime static quantization, QDQ format, "
+                   "per-channel int8 weights, uint8 activations, calibrated on training "
+                   "images of --data-dir.")
+@click.option("--data-dir", default=None,
+              help="With --precision int8: the CIFAR-10 folder (python format) the network "
+                   "was trained on; its training images calibrate the quantization, its test "
+                   "images compare int8 with fp32 top-1 (with --weights).")
+@click.option("--calibration-images", default=256, show_default=True,
+              type=click.IntRange(min=1),
+              help="With --precision int8: random training images to calibrate on.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Output file (.pt2 for --format pt2).")
 @click.option("--seed", default=0, show_default=True, type=int,
-              help="Seed of --random-weights.")
+              help="Seed of --random-weights and of the calibration images' draw.")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
-def export(arch_path, name, weights, random_weights, fmt, out, seed, force):
+@click.pass_context
+def export(ctx, arch_path, name, weights, random_weights, fmt, precision, data_dir,
+           calibration_images, out, seed, force):
     """Export an architecture with its weights for deployment (batch size stays dynamic).
 
     --weights takes a retrained-model checkpoint (its architecture must match) or a plain
     state_dict of the network; --random-weights exports an untrained network instead. The
     pt2 program is loaded back and its outputs are checked against the eager model.
 
+    --precision int8 quantizes the ONNX export (input and output stay float32) on
+    --calibration-images training images of --data-dir, normalised as for training; with
+    --weights it then prints the top-1 of the fp32 and the int8 model, both run by ONNX
+    Runtime, on the data's test set.
+
     \b
-    Example:
+    Examples:
       fbnas export runs/search/arch.json --weights runs/retrain/checkpoints/last.pt \\
           --format pt2 --out model.pt2
+      fbnas export runs/search/arch.json --weights runs/retrain/checkpoints/last.pt \\
+          --format onnx --precision int8 --data-dir data/cifar10 --out model_int8.onnx
     """
     import torch
 
@@ -561,12 +719,31 @@ def export(arch_path, name, weights, random_weights, fmt, out, seed, force):
     if (weights is None) == (not random_weights):
         raise UsageError("pass --weights CKPT, or --random-weights to export an untrained "
                          "network")
+    if precision == "int8":
+        if fmt != "onnx":
+            raise UsageError("--precision int8 quantizes the ONNX export; use --format onnx")
+        if data_dir is None:
+            raise UsageError("--precision int8 calibrates on real images; give --data-dir DIR, "
+                             "the CIFAR-10 folder the network was trained on")
+    else:
+        for option in ("data_dir", "calibration_images"):
+            if ctx.get_parameter_source(option) == click.core.ParameterSource.COMMANDLINE:
+                raise UsageError(f"--{option.replace('_', '-')} calibrates int8 quantization; "
+                                 "add --precision int8 or drop it")
     if fmt == "onnx":
         require_onnx()
     check_writable(out)
+    if precision == "int8":
+        from fbnas.io import refuse_overwrite
+
+        refuse_overwrite(out, force)  # before reading data and quantizing, not after
     torch.manual_seed(seed)
     model = build_model(arch_path, name)
     what = load_weights(model, weights) if weights else f"random weights (seed {seed})"
+    if precision == "int8":
+        _export_int8(model, what, out, data_dir, calibration_images, seed,
+                     evaluate=weights is not None)
+        return
     diff = export_model(model, fmt, out, force=force)
     click.echo(f"exported {model.definition['name']} with {what}")
     shape = "x".join(map(str, model.input_shape(1)[1:]))
@@ -574,6 +751,78 @@ def export(arch_path, name, weights, random_weights, fmt, out, seed, force):
                f"{model.definition['head']['classes']} logits")
     if diff is not None:
         click.echo(f"checked: the saved program matches eager within {diff:.1e} (max abs)")
+    click.echo(f"wrote {out}")
+
+
+#: training images per calibration batch of export --precision int8 (MinMax ranges do not
+#: depend on how the images are batched)
+INT8_CALIBRATION_BATCH = 32
+#: int8 top-1 this many points below fp32 gets a warning
+INT8_DROP_WARNING = 2.0
+
+
+def _export_int8(model, what: str, out: Path, data_dir: str, n_images: int, seed: int,
+                 evaluate: bool) -> None:
+    """export --precision int8: export to ONNX, quantize on ``n_images`` training images of
+    the CIFAR-10 folder ``data_dir`` (normalised as training normalises them), write ``out``;
+    with ``evaluate`` print fp32 and int8 top-1 on the folder's test set."""
+    import json
+
+    import torch
+
+    from fbnas.arch.export import EXAMPLE_BATCH, onnx_program
+    from fbnas.arch.quantize import quantize_int8, top1
+    from fbnas.errors import warn_stderr
+    from fbnas.io import atomic_write
+    from fbnas.runs.data import CIFAR_FOLDER, CIFAR_TRAIN_FILES, load_dataset, normalize
+
+    defn = model.definition
+    folder = Path(data_dir)
+    if not (folder / CIFAR_FOLDER).is_dir() and not (folder / CIFAR_TRAIN_FILES[0]).is_file():
+        raise FbnasError(f"--data-dir {folder} holds no CIFAR-10 data: give the folder with "
+                         f"{CIFAR_FOLDER}/ (python format) the network was trained on")
+    data = load_dataset(folder, "cifar10", resolution=defn["input"]["resolution"])
+    channels, classes = defn["input"]["channels"], defn["head"]["classes"]
+    if data.train_images.shape[1] != channels or len(data.classes) != classes:
+        raise FbnasError(f"the images of {folder} ({data.train_images.shape[1]} channels, "
+                         f"{len(data.classes)} classes) do not fit {defn['name']} ({channels} "
+                         f"channels, {classes} classes); give the data it was trained on")
+    available = len(data.train_images)
+    if n_images > available:
+        raise UsageError(f"--calibration-images {n_images} is more than the {available} "
+                         f"training images in {folder}; give at most {available}")
+    pick = torch.randperm(available, generator=torch.Generator().manual_seed(seed))[:n_images]
+    # training normalises with the data set's mean and std (fbnas.runs.data.BatchLoader)
+    images = normalize(data.train_images[pick], data.mean, data.std).numpy()
+    batches = [images[i:i + INT8_CALIBRATION_BATCH]
+               for i in range(0, n_images, INT8_CALIBRATION_BATCH)]
+    # the ONNX export of export --format onnx, as bytes: the program and its metadata
+    program = onnx_program(model, torch.randn(model.input_shape(EXAMPLE_BATCH)), "logits")
+    program.model.metadata_props["fbnas.definition"] = json.dumps(defn)
+    fp32 = program.model_proto.SerializeToString()
+    int8 = quantize_int8(fp32, batches)
+    atomic_write(out, lambda p: p.write_bytes(int8))
+    click.echo(f"exported {defn['name']} with {what}")
+    click.echo(f"quantized to int8 (ONNX Runtime static, QDQ, per-channel int8 weights, uint8 "
+               f"activations) on {n_images} training images of {folder} (seed {seed})")
+    shape = "x".join(map(str, model.input_shape(1)[1:]))
+    click.echo(f"input: float32 N x {shape} (N dynamic), output: N x {classes} logits")
+    if not evaluate:
+        click.echo("no accuracy report for random weights; give --weights (a fbnas retrain "
+                   "checkpoint) to compare int8 with fp32 on the test set")
+    elif not data.has_test:
+        click.echo(f"no accuracy report: {folder} has no test split")
+    else:
+        test = normalize(data.test_images, data.mean, data.std).numpy()
+        labels = data.test_labels.numpy()
+        acc32, pred32 = top1(fp32, test, labels)
+        acc8, pred8 = top1(int8, test, labels)
+        click.echo(f"top-1 fp32 {acc32:.2f}% int8 {acc8:.2f}% ({len(labels)} test images)")
+        click.echo(f"int8 predicts the class fp32 predicts for "
+                   f"{100.0 * (pred32 == pred8).mean():.2f}% of them")
+        if acc32 - acc8 > INT8_DROP_WARNING:
+            warn_stderr(f"int8 top-1 is {acc32 - acc8:.2f} points below fp32; calibrate on "
+                        "more images (--calibration-images) or deploy the fp32 export")
     click.echo(f"wrote {out}")
 
 

@@ -114,3 +114,24 @@ def load_lut_from_space(name):
                                             "definition": space.raw},
                 "environment": {"threads": 1}, "protocol": {"batch": 1}, "entries": entries,
                 "fixed": {k: s.key for k, s in fixed.items()}, "layers": layers})
+
+
+def test_a_calibration_line_that_predicts_no_time_falls_back_to_a_scale(tiny_lut_data):
+    """Three noisy networks once tilted the line below zero at the fastest network; a
+    table refuses to store that, so the fit keeps the scale alone."""
+    import numpy as np
+
+    from fbnas.latency.fidelity import FidelityReport
+
+    lut = LUT(tiny_lut_data)
+    fastest = lut.fixed_cost() + sum(min(c) for c in lut.layer_costs())
+    raw = np.array([2.0, 2.2, 2.4, 3.0, 3.5, 4.0]) * fastest
+    measured = np.array([0.2, 1.0, 1.8, 3.0, 3.5, 4.0]) * fastest  # steep: b far below 0
+    report = FidelityReport(lut, [[]] * 6, 3, measured, measured, measured, raw, raw, raw)
+    report.compute()
+    cal = report.calibration()
+    assert report.proportional and cal["b"] == 0.0 and cal["a"] > 0 and "scale only" in cal["fit"]
+    LUT({**tiny_lut_data, "calibration": cal})  # and the table takes it
+    steady = FidelityReport(lut, [[]] * 6, 3, raw * 1.1 + 1, raw, raw, raw, raw, raw)
+    steady.compute()
+    assert not steady.proportional and "fit" not in steady.calibration()

@@ -56,11 +56,19 @@ class FidelityReport:
     macs: np.ndarray  # multiply-adds of each network, by the table
     a: float = 0.0
     b: float = 0.0
+    proportional: bool = False  # the line was refused for a scale alone (see compute)
     figures: dict = field(default_factory=dict)
 
     def compute(self) -> None:
         f, t = slice(0, self.fit), slice(self.fit, None)
         self.a, self.b = fit_line(self.raw[f], self.measured[f])
+        fastest = self.lut.fixed_cost() + sum(min(c) for c in self.lut.layer_costs())
+        self.proportional = self.a <= 0 or self.a * fastest + self.b <= 0
+        if self.proportional:
+            # a few noisy networks can tilt the line so far that it predicts no time at all
+            # for the space's fastest network, which a table must not store: fit a scale alone
+            r = self.raw[f] / self.measured[f]
+            self.a, self.b = float(r.sum() / (r * r).sum()), 0.0
         ma, mb = fit_line(self.macs[f], self.measured[f])
         self.figures = {
             "noise_floor": errors(self.pass_b[t], self.pass_a[t]),
@@ -74,6 +82,8 @@ class FidelityReport:
     def calibration(self) -> dict:
         """The block stored under ``calibration`` in the table."""
         return {"a": self.a, "b": self.b, "form": "measured_us = a * table_sum_us + b",
+                **({"fit": "scale only: the line predicted <= 0 us for the fastest network"}
+                   if self.proportional else {}),
                 "networks_fit": self.fit, "networks_test": len(self.archs) - self.fit,
                 "runtime": self.lut.runtime,
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

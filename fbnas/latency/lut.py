@@ -99,6 +99,25 @@ def arch_entries(space: SearchSpace, ops: list[str], batch: int) -> list[EntrySp
             *(layer_entries(layer, batch)[op] for layer, op in zip(space.layers, ops))]
 
 
+def table_layout(space: SearchSpace, batch: int) -> tuple[dict[str, EntrySpec], list[dict],
+                                                           dict[str, str]]:
+    """(every distinct entry by key, the table's ``layers`` rows, its ``fixed`` keys): what
+    ``fbnas profile`` times and writes for ``space`` at ``batch``, in its order."""
+    specs: dict[str, EntrySpec] = {}
+    layers = []
+    for layer in space.layers:
+        cand = layer_entries(layer, batch)
+        for spec in cand.values():
+            specs.setdefault(spec.key, spec)
+        layers.append({"index": layer.index, "stage": layer.stage, "c_in": layer.c_in,
+                       "c_out": layer.c_out, "stride": layer.stride, "h": layer.h, "w": layer.w,
+                       "candidates": {op: s.key for op, s in cand.items()}})
+    fixed = fixed_entries(space, batch)
+    for spec in fixed.values():
+        specs.setdefault(spec.key, spec)
+    return specs, layers, {name: spec.key for name, spec in fixed.items()}
+
+
 def count_cost(module: nn.Module, x: torch.Tensor) -> tuple[int, int]:
     """(multiply-adds, parameters) of one forward pass of ``module`` on ``x``.
 
@@ -178,19 +197,7 @@ def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: 
     set_threads(threads)
     rt = make_runtime(runtime, threads)
     torch.manual_seed(seed)
-    specs: dict[str, EntrySpec] = {}
-    layers = []
-    for layer in space.layers:
-        cand = layer_entries(layer, batch)
-        for spec in cand.values():
-            specs.setdefault(spec.key, spec)
-        layers.append({"index": layer.index, "stage": layer.stage, "c_in": layer.c_in,
-                       "c_out": layer.c_out, "stride": layer.stride, "h": layer.h, "w": layer.w,
-                       "candidates": {op: s.key for op, s in cand.items()}})
-    fixed = fixed_entries(space, batch)
-    for spec in fixed.values():
-        specs.setdefault(spec.key, spec)
-
+    specs, layers, fixed = table_layout(space, batch)
     built = {key: (spec.build(space), spec.input()) for key, spec in specs.items()}
     costs = {key: count_cost(module, x) for key, (module, x) in built.items()}
     fns = rt.runners(built, keyed=True, desc="preparing entries")
@@ -229,7 +236,7 @@ def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: 
         },
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "entries": entries,
-        "fixed": {name: spec.key for name, spec in fixed.items()},
+        "fixed": fixed,
         "layers": layers,
     }
 

@@ -1,0 +1,411 @@
+"""Lookup tables measured on another device: a bundle runner's results turned into a table.
+
+``fbnas profile --space S --from-results results.json --out TABLE`` reads what a bundle's
+``run.py`` (fbnas.latency.device_runner) wrote on the device and writes a regular table
+(schema ``fbnas.lut/2``): the device record and execution provider in ``environment`` and
+``protocol``, every entry's multiply-adds and parameters counted here as ``fbnas profile``
+counts them, and a calibration fitted on the bundle's networks with the fidelity report
+``fbnas calibrate`` stores. ``show-lut``, ``train``, ``sample`` and ``latency`` use it like any
+other table.
+
+Results are checked before anything is written, each failure one line naming what differs:
+the schema; the manifest they carry against the SHA-256 the runner computed from the
+bundle's manifest file; the space (hash, entry keys and shapes, layers) against the one named
+here; the files the runner verified against the manifest's hashes; the calibration networks
+against ``fbnas calibrate``'s selection; every entry and network timed; and every summary
+against the timed blocks it came from (recomputed here with fbnas.latency.timing, so the
+table holds exactly the statistics ``fbnas profile`` computes).
+
+A machine other than the device cannot time against such a table: :func:`not_here` says why,
+and :func:`prediction_report` prints what the table predicts instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import platform
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fbnas.arch.space import SearchSpace
+from fbnas.errors import FbnasError
+from fbnas.io import read_json
+from fbnas.latency.bundle import BUNDLE_SCHEMA, PRECISIONS, calibration_archs, manifest_text
+from fbnas.latency.lut import table_layout
+from fbnas.latency.runtimes import PROVIDER
+
+RESULTS_SCHEMA = "fbnas.device-results/1"
+#: summary fields the runner computes and this module recomputes from the blocks
+_SUMMARY_FIELDS = ("median", "iqr", "min", "raw_median")
+_REL_TOL = 1e-9
+
+
+class _Results:
+    """A results file being checked; every complaint names the file and the fix."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.data = read_json(path, "device results")
+
+    def error(self, msg: str, fix: str = "run the bundle's run.py again") -> FbnasError:
+        return FbnasError(f"device results {self.path}: {msg}; {fix}")
+
+    def get(self, *keys: str, kind: type | tuple = dict) -> Any:
+        value: Any = self.data
+        for i, key in enumerate(keys):
+            if not isinstance(value, dict) or key not in value:
+                raise self.error(f"'{'.'.join(keys[:i + 1])}' is missing (truncated or edited?)")
+            value = value[key]
+        if not isinstance(value, kind):
+            raise self.error(f"'{'.'.join(keys)}' has the wrong type (truncated or edited?)")
+        return value
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=_REL_TOL, abs_tol=1e-12)
+
+
+def _timings(res: _Results, phase: str):
+    """fbnas.latency.timing.Timings of one phase's recorded blocks."""
+    from fbnas.latency.timing import Timings
+
+    rec = res.get("blocks", phase)
+    try:
+        keys = [str(k) for k in rec["keys"]]
+        calls = {str(k): int(v) for k, v in rec["calls"].items()}
+        item = [int(i) for i in rec["item"]]
+        rounds = [int(r) for r in rec["round"]]
+        visits = [int(v) for v in rec["visit"]]
+        seconds = [float(s) for s in rec["seconds"]]
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise res.error(f"the timed blocks of '{phase}' are malformed (edited?)") from None
+    n = len(item)
+    if not (len(rounds) == len(visits) == len(seconds) == n) or n == 0 \
+            or min(item) < 0 or max(item) >= len(keys) \
+            or not all(math.isfinite(s) and s > 0 for s in seconds) \
+            or sorted(calls) != sorted(keys):
+        raise res.error(f"the timed blocks of '{phase}' are malformed (edited?)")
+    timed = set(item)
+    for i, key in enumerate(keys):
+        if i not in timed:
+            raise res.error(f"{key} has no timed block in '{phase}' (incomplete run?)")
+    return Timings(keys=keys, calls=calls, block_keys=[keys[i] for i in item],
+                   block_rounds=rounds, block_times=seconds, block_visits=visits)
+
+
+def _check_summaries(res: _Results, section: str, summaries: dict, recomputed: dict,
+                     keys: list[str]) -> None:
+    """Every key summarised, and each summary what its blocks give."""
+    for key in keys:
+        if key not in summaries:
+            what = "network" if section == "networks" else "entry"
+            raise res.error(f"'{section}' lacks {what} {key} (incomplete run?)")
+        mine, theirs = recomputed[key], summaries[key]
+        if not isinstance(theirs, dict):
+            raise res.error(f"'{section}.{key}' is not an object (edited?)")
+        for field in _SUMMARY_FIELDS:
+            value = theirs.get(field)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not _close(float(value), mine[field]):
+                raise res.error(f"{section} {key}: its {field} {value!r} us does not follow from "
+                                f"its timed blocks ({mine[field]:.6g} us): the file was edited "
+                                "or written by another runner")
+
+
+def read_results(space: SearchSpace, path: str | Path) -> dict:
+    """Check a runner's results against ``space`` and the bundle's manifest (see the module
+    docstring) and return what the table needs: the manifest, the device record, the
+    protocol, per-entry summaries, the networks' summaries and halves, and the re-timed
+    entries."""
+    res = _Results(path)
+    if not isinstance(res.data, dict) or res.data.get("schema") != RESULTS_SCHEMA:
+        got = res.data.get("schema") if isinstance(res.data, dict) else None
+        raise res.error(f"schema is {got!r}, not {RESULTS_SCHEMA!r}: not the output of a bundle's "
+                        "run.py", "pass the file run.py --out wrote")
+    manifest = res.get("manifest")
+    want_sha = res.get("manifest_sha256", kind=str)
+    if hashlib.sha256(manifest_text(manifest).encode()).hexdigest() != want_sha:
+        raise res.error("the manifest it carries differs from the bundle's manifest.json it was "
+                        "timed with (sha256 " + want_sha[:12] + "...)")
+    if manifest.get("schema") != BUNDLE_SCHEMA:
+        raise res.error(f"its bundle is of schema {manifest.get('schema')!r}, this fbnas reads "
+                        f"{BUNDLE_SCHEMA!r}", "write the bundle again with this fbnas")
+
+    # the space
+    sp = res.get("manifest", "space")
+    if sp.get("hash") != space.hash:
+        raise res.error(f"they were measured for space {sp.get('name')} (hash {sp.get('hash')}), "
+                        f"not for {space.name} (hash {space.hash})",
+                        f"pass --space {sp.get('name')}, or bundle space {space.name}")
+    batch = res.get("manifest", "batch", kind=int)
+    precision = res.get("manifest", "precision", kind=str)
+    if precision not in PRECISIONS or batch < 1:
+        raise res.error(f"the bundle's precision {precision!r} or batch {batch!r} is not one "
+                        "fbnas writes", "write the bundle again")
+    specs, layers, fixed = table_layout(space, batch)
+    entries = res.get("manifest", "entries")
+    for key, spec in specs.items():
+        if key not in entries:
+            raise res.error(f"the bundle lacks entry {key} of space {space.name}",
+                            "write the bundle again")
+        e = entries[key]
+        mine = {**spec.fields(), "input": [spec.batch, spec.c_in, spec.h, spec.w]}
+        theirs = {k: e.get(k) for k in mine} if isinstance(e, dict) else None
+        if theirs != mine:
+            raise res.error(f"entry {key} of the bundle is {theirs}, space {space.name} has "
+                            f"{mine}", "write the bundle again")
+    extra = sorted(set(entries) - set(specs))
+    if extra:
+        raise res.error(f"the bundle has entry {extra[0]}, which space {space.name} lacks",
+                        "write the bundle again")
+    if res.get("manifest", "layers", kind=list) != layers \
+            or res.get("manifest", "fixed") != fixed:
+        raise res.error(f"the bundle's layers differ from space {space.name}'s",
+                        "write the bundle again")
+
+    # the files the runner checked, against the manifest's hashes
+    nets = res.get("manifest", "networks")
+    files = res.get("files")
+    listed = {item["file"]: item["sha256"] for item in [*entries.values(), *nets.values()]
+              if isinstance(item, dict) and "file" in item and "sha256" in item}
+    runner = res.get("manifest", "runner")
+    listed[runner.get("file")] = runner.get("sha256")
+    for rel, sha in listed.items():
+        if rel not in files:
+            raise res.error(f"the runner did not check {rel} (incomplete run?)")
+        if files[rel] != sha:
+            raise res.error(f"{rel} was timed with sha256 {str(files[rel])[:12]}..., the "
+                            f"manifest lists {str(sha)[:12]}...",
+                            "copy the bundle to the device again and re-run run.py")
+    if len(files) != len(listed):
+        raise res.error("it lists files the manifest does not (edited?)")
+
+    # the calibration networks: fbnas calibrate's selection
+    cal = res.get("manifest", "calibration")
+    try:
+        n, fit, seed = int(cal["networks"]), int(cal["fit"]), int(cal["seed"])
+    except (KeyError, TypeError, ValueError):
+        raise res.error("the bundle's calibration section is malformed",
+                        "write the bundle again") from None
+    if not 2 <= fit < n:
+        raise res.error(f"the bundle's calibration fits {fit} of {n} networks",
+                        "write the bundle again")
+    archs = calibration_archs(space, n, fit, seed)
+    net_keys = [f"net{i}" for i in range(n)]
+    if sorted(nets) != sorted(net_keys):
+        raise res.error(f"the bundle holds networks {', '.join(sorted(nets)[:3])}..., not "
+                        f"net0..net{n - 1}", "write the bundle again")
+    for key, ops in zip(net_keys, archs):
+        if not isinstance(nets[key], dict) or nets[key].get("ops") != ops:
+            raise res.error(f"network {key} of the bundle is not the one fbnas calibrate draws "
+                            f"for seed {seed}", "write the bundle again")
+
+    # the timings, recomputed from their blocks
+    keys = list(specs)
+    profile = _timings(res, "entries")
+    calibration = _timings(res, "networks_and_entries")
+    if sorted(profile.keys) != sorted(keys):
+        raise res.error("its entry timings do not cover the bundle's entries (incomplete run?)")
+    if sorted(calibration.keys) != sorted(keys + net_keys):
+        raise res.error("its network timings do not cover the bundle's networks and entries "
+                        "(incomplete run?)")
+    stats = profile.summaries()
+    _check_summaries(res, "entries", res.get("entries"), stats, keys)
+    again = calibration.summaries()
+    _check_summaries(res, "networks", res.get("networks"), again, net_keys)
+    _check_summaries(res, "retimed", res.get("retimed"), again, keys)
+    corrected = calibration.corrected()
+    halves = {k: tuple(float(np.median(calibration.blocks(k, p, corrected))) * 1e6
+                       for p in (0, 1)) for k in net_keys}
+    for k, (a, b) in halves.items():
+        if not (math.isfinite(a) and math.isfinite(b)):
+            raise res.error(f"network {k} lacks blocks in even or odd rounds (use --rounds 2 or "
+                            "more)")
+    device = res.get("device")
+    for field in ("cpu", "machine", "system", "provider", "intra_op_threads", "onnxruntime"):
+        if field not in device:
+            raise res.error(f"the device record lacks '{field}' (edited?)")
+    return {"manifest": manifest, "device": device, "protocol": res.get("protocol"),
+            "created": res.data.get("created"), "layers": layers, "fixed": fixed,
+            "specs": specs, "entries": stats, "networks": again, "halves": halves,
+            "archs": archs, "fit": fit, "net_keys": net_keys, "profile_rounds":
+            profile.rounds_run}
+
+
+def device_table(space: SearchSpace, path: str | Path, source: str | None = None):
+    """(the lookup table as a dict, the calibration's FidelityReport, a warning or None) for
+    a runner's results for ``space``: the table is calibrated on the bundle's networks unless
+    that calibration is unusable (see :func:`calibration_problem`), which the warning says."""
+    from fbnas.latency.fidelity import FidelityReport
+    from fbnas.latency.lut import LUT, SCHEMA, count_cost
+    from fbnas.latency.timing import DRIFT_NEIGHBOURS
+    from fbnas.latency.timing import protocol as timing_protocol
+
+    r = read_results(space, path)
+    m, dev, prot = r["manifest"], r["device"], r["protocol"]
+    threads = int(dev["intra_op_threads"])
+    entries = {}
+    for key, spec in r["specs"].items():
+        macs, params = count_cost(spec.build(space), spec.input())
+        entries[key] = {**spec.fields(), **r["entries"][key], "macs": macs, "params": params}
+    int8 = m["precision"] == "int8"
+    timed = timing_protocol(int(prot.get("rounds", 0)), float(prot.get("block_time_s", 0)),
+                            int(prot.get("warmup_calls", 0)))
+    export = m.get("export", {})
+    data = {
+        "schema": SCHEMA,
+        "space": {"name": space.name, "hash": space.hash,
+                  "source": source if source is not None else m["space"].get("source"),
+                  "definition": space.raw},
+        "environment": {
+            "fbnas": m.get("fbnas"), "python": dev.get("python"), "cpu": dev["cpu"],
+            "machine": dev["machine"], "system": dev["system"],
+            "logical_cpus": dev.get("logical_cpus"), "threads": threads,
+            "device": "cpu" if dev["provider"] == PROVIDER else dev["provider"],
+            "measured_on": "the device, by the bundle's run.py (no fbnas, no torch there)",
+            "device_record": dev,
+        },
+        "protocol": {
+            "batch": int(m["batch"]), "dtype": "int8" if int8 else "float32",
+            "precision": m["precision"], "memory_format": "contiguous", "unit": "us",
+            "mode": "exported in eval mode" + (", quantized to int8 (QDQ)" if int8 else "")
+                    + ", InferenceSession.run",
+            "runtime": "onnxruntime",
+            "runtime_settings": {
+                "onnxruntime": dev["onnxruntime"], "onnx": export.get("onnx"),
+                "onnxscript": export.get("onnxscript"), "torch": export.get("torch"),
+                "exporter": export.get("exporter"), "provider": dev["provider"],
+                "provider_options": dev.get("provider_options"),
+                "intra_op_threads": threads,
+                "inter_op_threads": dev.get("inter_op_threads"),
+                "execution_mode": dev.get("execution_mode"),
+                "graph_optimization_level": dev.get("graph_optimization_level"),
+                "call": dev.get("call"), "export_seconds": export.get("seconds"),
+                "opset": m.get("opset"), "quantization": m.get("quantization"),
+            },
+            **timed,
+            "timer": dev.get("timer", timed["timer"]),
+            "drift_correction": f"each block divided by the median slowdown of the "
+                                f"{2 * int(prot.get('drift_neighbours', DRIFT_NEIGHBOURS))} "
+                                "blocks around it (the runner's numpy port of fbnas's)",
+            "units": "the candidates of one layer shape; the stem and the head",
+            "extra_rounds": {"max_seconds": prot.get("extra_time_s"),
+                             "run": r["profile_rounds"] - int(prot.get("rounds", 0)),
+                             "for": "non-skip candidates within "
+                                    f"{100 * m['protocol']['tie_margin']:g}% and 3 standard "
+                                    "errors of their layer's fastest, and entries whose IQR "
+                                    f"exceeds {100 * m['protocol']['rel_iqr']:g}% of their "
+                                    "median"},
+            "seed": prot.get("seed"),
+            "profile_seconds": prot.get("profile_seconds"),
+            "bundle": {"manifest_sha256": hashlib.sha256(manifest_text(m).encode()).hexdigest(),
+                       "created": m.get("created"), "results": str(path),
+                       "network_rounds": prot.get("network_rounds"),
+                       "calibration_seconds": prot.get("calibration_seconds"),
+                       "runner_wall_seconds": prot.get("wall_seconds")},
+        },
+        "created": r["created"],
+        "entries": entries,
+        "fixed": r["fixed"],
+        "layers": r["layers"],
+    }
+    lut = LUT(data)
+    archs, keys = r["archs"], r["net_keys"]
+    report = FidelityReport(
+        lut=lut, archs=archs, fit=r["fit"],
+        measured=np.array([r["networks"][k]["median"] for k in keys]),
+        pass_a=np.array([r["halves"][k][0] for k in keys]),
+        pass_b=np.array([r["halves"][k][1] for k in keys]),
+        raw=np.array([lut.raw_sum(ops) for ops in archs]),
+        retimed=np.array([_retimed_sum(lut, ops, r["networks"]) for ops in archs]),
+        macs=np.array([lut.raw_sum(ops, "macs") for ops in archs]))
+    report.compute()
+    problem = calibration_problem(lut, report.a, report.b)
+    if problem is not None:
+        return data, report, (f"{problem}; the table is written without a calibration (re-run "
+                              "run.py with more --rounds, or bundle more --networks)")
+    data["calibration"] = report.calibration()
+    return data, report, None
+
+
+def calibration_problem(lut, a: float, b: float) -> str | None:
+    """Why ``measured = a * table sum + b`` cannot calibrate ``lut`` (a line from a few noisy
+    networks can slope below zero, or predict no time for the fastest network), else None."""
+    if not (math.isfinite(a) and math.isfinite(b)) or a <= 0:
+        return f"the calibration fitted on the bundle's networks has a slope of {a:.4g}"
+    fastest = lut.fixed_cost() + sum(min(c) for c in lut.layer_costs())
+    if a * fastest + b <= 0:
+        return (f"the calibration fitted on the bundle's networks ({a:.4g} * table sum + "
+                f"{b:.4g} us) predicts {a * fastest + b:.4g} us for the fastest network")
+    return None
+
+
+def _retimed_sum(lut, ops: list[str], stats: dict) -> float:
+    """Stem + chosen ops + head from the entries re-timed alongside the networks."""
+    fixed = lut.data["fixed"]
+    keys = [fixed["stem"], fixed["head"]]
+    keys += [layer["candidates"][op] for layer, op in zip(lut.data["layers"], ops)]
+    return float(sum(stats[k]["median"] for k in keys))
+
+
+# ----------------------------------------------------------------------------- latency
+
+def device_record(lut) -> dict | None:
+    """The device record of a table measured by a bundle's runner, else None."""
+    rec = lut.data["environment"].get("device_record")
+    return rec if isinstance(rec, dict) and "bundle" in lut.data["protocol"] else None
+
+
+def not_here(lut) -> str | None:
+    """Why this machine cannot time networks against ``lut``, a table measured on a device by
+    a bundle's runner; None when it can (an fp32 table measured with the CPU provider on a
+    machine of this CPU model, architecture and OS) or when ``lut`` is a table of this
+    machine's own profile."""
+    from fbnas.latency.timing import cpu_model
+
+    rec = device_record(lut)
+    if rec is None:
+        return None
+    if lut.data["protocol"].get("precision", "fp32") != "fp32":
+        return ("this table's entries are int8 (QDQ) models and fbnas latency times the "
+                "float32 export")
+    if rec.get("provider") != PROVIDER:
+        return (f"this table was measured with {rec.get('provider')} and fbnas latency times "
+                f"with {PROVIDER} only")
+    theirs = (rec.get("cpu"), rec.get("machine"), rec.get("system"))
+    mine = (cpu_model(), platform.machine(), platform.system())
+    if theirs != mine:
+        return (f"this table was measured on another device by its bundle's run.py "
+                f"({theirs[0]}, {theirs[1]}, {theirs[2]}; this machine is {mine[0]}, {mine[1]}, "
+                f"{mine[2]})")
+    return None
+
+
+def prediction_report(defn: dict, lut, reason: str, batch: int | None = None,
+                      runtime: str | None = None) -> str:
+    """What ``fbnas latency`` prints for a device table it cannot time against: the table's
+    prediction, and why nothing was measured."""
+    from fbnas.latency.matching import match_lut
+
+    name = defn.get("name", "the architecture")
+    ops = match_lut(defn, lut, name)
+    lut.check_runtime(runtime)
+    if batch is not None and batch != lut.batch:
+        raise FbnasError(f"lookup table {lut.path} was profiled at batch {lut.batch}, not "
+                         f"{batch}; drop --batch or bundle a table with --batch {batch}")
+    rec = device_record(lut) or {}
+    prot = lut.data["protocol"]
+    pred, raw = lut.predict(ops), lut.raw_sum(ops)
+    how = "calibrated" if lut.calibration else "table sum, uncalibrated"
+    lines = [f"architecture {name}: batch {lut.batch}, {lut.threads} thread(s), runtime "
+             f"onnxruntime {rec.get('onnxruntime', '?')} {prot.get('precision', 'fp32')}, "
+             f"{rec.get('provider', '?')} on {rec.get('cpu', '?')}",
+             f"predicted {pred:10.1f} us  ({how}, {lut.path})"]
+    if lut.calibration:
+        lines.append(f"table sum {raw:10.1f} us")
+    lines.append(f"not measured: {reason}, so fbnas cannot time against it here; the "
+                 "prediction above is all there is")
+    return "\n".join(lines)
