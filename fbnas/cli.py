@@ -108,7 +108,8 @@ def main() -> None:
 @click.option("--rounds", default=80, show_default=True, type=click.IntRange(min=1),
               help="Rounds that time every entry once.")
 @click.option("--extra-time", default=50.0, show_default=True, type=click.FloatRange(min=0),
-              callback=_finite, help="Seconds of further rounds, only for candidates whose order against their "
+              callback=_finite,
+              help="Seconds of further rounds, only for candidates whose order against their "
                    "layer's fastest is not yet settled (within 3% and 3 standard errors) and "
                    "for noisy entries.")
 @click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,

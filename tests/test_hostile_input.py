@@ -210,3 +210,16 @@ def test_resume_from_a_checkpoint_without_its_space(tmp_path, tiny_lut_file):
         run_search(cfg, tmp_path / "run", resume=True, echo=quiet)
     assert "\n" not in str(e.value)
     assert torch.load(last, weights_only=True)["epoch"] == 1
+
+
+def test_an_accumulate_no_epoch_reaches_is_refused(tmp_path, tiny_lut_file):
+    """search.accumulate: 1000000 exited 0 without one optimizer step."""
+    from fbnas.search.run import run_search
+    from tests.test_search import quiet, small_config
+
+    cfg = small_config(tiny_lut_file, **{"search.accumulate": 1000000,
+                                         "search.alternation": "step"})
+    with pytest.raises(UsageError, match=r"search.accumulate \(1000000\) is above the \d+ "
+                                         r"weight batches.*--set search.accumulate=\d+"):
+        run_search(cfg, tmp_path / "run", echo=quiet)
+    assert not (tmp_path / "run").exists()
