@@ -336,7 +336,7 @@ def calibration_problem(lut, a: float, b: float) -> str | None:
     networks can slope below zero, or predict no time for the fastest network), else None."""
     if not (math.isfinite(a) and math.isfinite(b)) or a <= 0:
         return f"the calibration fitted on the bundle's networks has a slope of {a:.4g}"
-    fastest = lut.fixed_cost() + sum(min(c) for c in lut.layer_costs())
+    fastest = lut.fastest_sum()
     if a * fastest + b <= 0:
         return (f"the calibration fitted on the bundle's networks ({a:.4g} * table sum + "
                 f"{b:.4g} us) predicts {a * fastest + b:.4g} us for the fastest network")

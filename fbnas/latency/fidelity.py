@@ -62,7 +62,7 @@ class FidelityReport:
     def compute(self) -> None:
         f, t = slice(0, self.fit), slice(self.fit, None)
         self.a, self.b = fit_line(self.raw[f], self.measured[f])
-        fastest = self.lut.fixed_cost() + sum(min(c) for c in self.lut.layer_costs())
+        fastest = self.lut.fastest_sum()
         self.proportional = self.a <= 0 or self.a * fastest + self.b <= 0
         if self.proportional:
             # a few noisy networks can tilt the line so far that it predicts no time at all

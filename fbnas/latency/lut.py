@@ -245,6 +245,14 @@ def profile_space(space: SearchSpace, threads: int = 1, batch: int = 1, rounds: 
 MAX_ENTRY_US = 1e9
 
 
+def _fastest_sum(d: dict) -> float:
+    """Stem + head + each layer's fastest candidate, from table data ``d``'s medians."""
+    entries = d["entries"]
+    return (sum(min(entries[k]["median"] for k in layer["candidates"].values())
+                for layer in d["layers"])
+            + sum(entries[k]["median"] for k in d["fixed"].values()))
+
+
 def _positive(value: Any, allow_zero: bool) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
@@ -368,9 +376,7 @@ class LUT:
             if not (isinstance(cal, dict) and _positive(cal.get("a"), False)
                     and isinstance(cal.get("b"), (int, float)) and math.isfinite(cal["b"])):
                 raise self._err("calibration must hold a positive 'a' and a finite 'b'")
-            fastest = sum(min(entries[k]["median"] for k in layer["candidates"].values())
-                          for layer in d["layers"])
-            fastest += sum(entries[k]["median"] for k in d["fixed"].values())
+            fastest = _fastest_sum(d)
             if cal["a"] * fastest + cal["b"] <= 0:
                 raise self._err(f"its calibration ({cal['a']:.4g} * table sum + {cal['b']:.4g} "
                                 f"us) predicts {cal['a'] * fastest + cal['b']:.4g} us for the "
@@ -482,6 +488,10 @@ class LUT:
 
     def layer_candidates(self) -> list[list[str]]:
         return [list(layer["candidates"]) for layer in self.data["layers"]]
+
+    def fastest_sum(self) -> float:
+        """The table sum (uncalibrated) of the space's fastest network, in microseconds."""
+        return _fastest_sum(self.data)
 
     def fixed_cost(self, metric: str = "latency") -> float:
         return sum(self.cost(k, metric) for k in self.data["fixed"].values())
