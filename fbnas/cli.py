@@ -279,7 +279,15 @@ def calibrate(lut_path, networks, fit, seed, rounds, block_time, runtime, dry_ru
     from fbnas.latency.fidelity import calibrate_lut
     from fbnas.latency.lut import load_lut
 
+    from fbnas.latency.device import device_record
+
     lut = load_lut(lut_path)
+    if device_record(lut) is not None:
+        raise FbnasError(f"{lut_path} was measured on a device by a bundle's run.py and is "
+                         "calibrated on the bundle's networks there; fbnas calibrate would time "
+                         "them on this machine instead. To recalibrate, re-run run.py on the "
+                         "device (more --rounds) and import again with fbnas profile "
+                         "--from-results")
     runtime = lut.check_runtime(runtime)
     if lut.calibration and not (force or dry_run):
         raise FbnasError(f"{lut_path} already has a calibration; pass --force to replace it "

@@ -405,6 +405,11 @@ def test_results_make_a_table_every_command_uses(table, results, tiny_lut_data, 
     assert "cannot time" in lines[-1] and not any(ln.startswith("measured") for ln in lines)
     res = cli("latency", arch, "--lut", other_path, "--batch", 4)
     assert_user_error(res, "batch 1", "--batch")
+    # calibrate times networks here, so it refuses a table whose networks were timed there
+    before = other_path.read_bytes()
+    res = cli("calibrate", other_path, "--networks", 4, "--fit", 2, "--force")
+    assert_user_error(res, "bundle's run.py", "--from-results")
+    assert other_path.read_bytes() == before
 
 
 @pytest.mark.slow
