@@ -1,30 +1,59 @@
-"""Throughput of the training input pipeline: load time and BatchLoader images/s (train mode).
+"""Throughput and memory of the training input pipeline.
 
-Example:
-    python -m bench.bench_data --data-dir ../shared/data/cifar10-subset
+Two modes:
+
+``cifar`` (default): CIFAR-10 load time and in-memory BatchLoader images/s (train mode).
+
+``stream``: image folders streamed by worker processes, at 224 px (``--size``):
+
+1. writes ImageNet-like folders (JPEG, 500x375, 10 classes, upscaled from the CIFAR-10
+   subset with noise) of ``--images`` training images each under ``--work``, once;
+2. StreamLoader train-mode throughput with 0, 1 and 2 workers (batch ``--batch``): seconds
+   per batch, images/s, and the peak resident memory of the process and its workers;
+3. one hard-mode step (forward, loss, backward, SGD) of the fast supernet at the same
+   batch and size, for the ``tiny`` space at 224 px and for ``fbnet_imagenet100``, so the
+   data's seconds per batch can be set against the step's (1 thread each);
+4. peak resident memory of a 1-epoch hard-mode ``fbnas train`` of the tiny space at 224 px
+   on each folder size, streamed (2 workers) and decoded into memory, as separate processes.
+
+Examples:
+    python bench/bench_data.py --data-dir ../shared/data/cifar10-subset
+    python bench/bench_data.py --mode stream --data-dir ../shared/data/cifar10-subset \\
+        --work /tmp/fbnas_stream --images 1000 8000
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import subprocess
+import sys
+import threading
 import time
+from pathlib import Path
 
+import numpy as np
 import torch
 
-from fbnas.runs.data import BatchLoader, load_dataset, make_splits
+from fbnas.runs.data import BatchLoader, load_cifar10, load_dataset, make_splits
+
+TINY_224 = """name: tiny224
+description: The tiny space at 224 px (bench_data.py).
+input: {channels: 3, resolution: 224}
+stem: {channels: 8, kernel: 3, stride: 2}
+stages:
+  - {channels: 8, blocks: 1, stride: 1}
+  - {channels: 16, blocks: 2, stride: 2}
+  - {channels: 24, blocks: 1, stride: 2}
+candidates: [k3_e1, k3_e1_g2, k3_e3, k5_e1, skip]
+head: {channels: 64, classes: 10}
+"""
 
 
-def main() -> None:
+def cifar_mode(args) -> None:
     """Time dataset loading once and a few training epochs of the weight split."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-dir", required=True, help="folder holding cifar-10-batches-py/")
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--epochs", type=int, default=5, help="timed epochs (after one warm-up)")
-    args = ap.parse_args()
     torch.set_num_threads(args.threads)
-
     t0 = time.perf_counter()
     ds = load_dataset(args.data_dir)
     load_s = time.perf_counter() - t0
@@ -43,6 +72,220 @@ def main() -> None:
     print(f"BatchLoader train, batch {args.batch}, {args.threads} thread(s), "
           f"{n} images/epoch: median {statistics.median(rates):,.0f} images/s "
           f"(min {min(rates):,.0f}, max {max(rates):,.0f}; {args.epochs} epochs)")
+
+
+# ----------------------------------------------------------------------------- stream mode
+
+def make_folder(root: Path, source, n: int) -> Path:
+    """``n`` training and n // 10 test JPEGs of 500x375 in 10 class folders, once."""
+    from PIL import Image
+
+    done = root / ".complete"
+    if done.exists():
+        return root
+    rng = np.random.default_rng(0)
+    for split, count in (("train", n), ("test", max(10, n // 10))):
+        for k in range(count):
+            i = k % len(source.train_labels)
+            c = int(source.train_labels[i])
+            folder = root / split / source.classes[c]
+            folder.mkdir(parents=True, exist_ok=True)
+            small = Image.fromarray(source.train_images[i].permute(1, 2, 0).numpy())
+            big = np.asarray(small.resize((500, 375), Image.Resampling.BILINEAR), np.int16)
+            big = np.clip(big + rng.integers(-12, 13, big.shape), 0, 255).astype(np.uint8)
+            Image.fromarray(big).save(folder / f"{k:06d}.jpg", quality=90)
+    done.write_text("")
+    return root
+
+
+class TreeMemory:
+    """Peak resident memory (MB) of a process and of it plus its children, sampled from /proc
+    every 50 ms in a thread (the children's pages shared with the parent after fork are
+    counted twice in the sum, so the sum is an upper bound)."""
+
+    def __init__(self, pid: int):
+        self.pid, self.main, self.tree = pid, 0.0, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    @staticmethod
+    def _rss(pid: int) -> float:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return 0.0
+
+    def _children(self) -> list[int]:
+        out = []
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/stat") as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == self.pid:
+                            out.append(int(d))
+                except (OSError, ValueError, IndexError):
+                    continue
+        return out
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            main = self._rss(self.pid)
+            self.main = max(self.main, main)
+            self.tree = max(self.tree, main + sum(self._rss(c) for c in self._children()))
+            self._stop.wait(0.05)
+
+
+def loader_speed(folder: Path, size: int, batch: int, workers: int, batches: int) -> dict:
+    from fbnas.runs.folders import scan_folder
+    from fbnas.runs.stream import StreamLoader
+
+    index = scan_folder(folder)
+    n = len(index.train)
+    ld = StreamLoader(index.train.files, index.train.labels, torch.arange(n), batch,
+                      train=True, seed=0, drop_last=True, mean=(0.45,) * 3, std=(0.25,) * 3,
+                      size=size, workers=workers)
+    ld.set_epoch(0)
+    with TreeMemory(os.getpid()) as mem:
+        it = iter(ld)
+        next(it)  # workers start and fill their queues: not counted
+        t0 = time.perf_counter()
+        got = 0
+        for _ in range(min(batches, len(ld) - 1)):
+            got += len(next(it)[1])
+        dt = time.perf_counter() - t0
+        del it
+    return {"s_per_batch": dt * batch / got, "images_per_s": got / dt, "peak_main_mb": mem.main,
+            "peak_tree_mb": mem.tree}
+
+
+def step_time(space_file: str, batch: int, size: int, steps: int) -> float:
+    """Median seconds of one hard-mode step of the fast supernet (1 thread)."""
+    from bench_supernet import build, make_step
+
+    from fbnas.arch.space import load_space
+    from fbnas.latency.lut import LUT, profile_space
+
+    space = load_space(space_file)
+    # a rough eager table: a step's speed does not depend on the latencies
+    lut = LUT(profile_space(space, rounds=2, extra_rounds=0, block_time=0.001, runtime="eager"))
+    step = make_step(build(space, lut, "hard-fast"), "hard-fast", batch, size)
+    step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def train_memory(folder: Path, space: Path, lut: Path, loader: str, out: Path, batch: int
+                 ) -> dict:
+    """Peak memory and wall time of a 1-epoch hard-mode search in a fresh process."""
+    cmd = [sys.executable, "-m", "fbnas.cli", "train", "--space", str(space), "--lut", str(lut),
+           "--data-dir", str(folder), "--out", str(out), "--force", "--epochs", "1",
+           "--mode", "hard", "--threads", "1", "--set", "data.kind=folder",
+           "--set", f"data.loader={loader}", "--set", "data.workers=2",
+           "--set", "search.warmup_epochs=0", "--set", "run.progress=false",
+           "--set", f"data.batch_size={batch}"]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with TreeMemory(proc.pid) as mem:
+        log, _ = proc.communicate()
+    if proc.returncode:
+        sys.exit(f"fbnas train failed:\n{log}")
+    return {"peak_main_mb": mem.main, "peak_tree_mb": mem.tree,
+            "seconds": time.perf_counter() - t0,
+            "data_line": next((ln for ln in log.splitlines() if "data: " in ln), "")}
+
+
+def stream_mode(args) -> None:
+    torch.set_num_threads(1)
+    work = args.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    source = load_cifar10(args.data_dir)
+    folders = {n: make_folder(work / f"folder{n}", source, n) for n in args.images}
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; folders "
+          + ", ".join(f"{n} images" for n in folders) + f" of 500x375 JPEG under {work}")
+    big = folders[max(folders)]
+    print(f"\nstreaming throughput at {args.size} px, batch {args.batch}, train mode "
+          f"(RandomResizedCrop + flip), {args.batches} batches after the first:")
+    print(f"{'workers':>8}{'s/batch':>10}{'images/s':>10}{'peak MB (process)':>19}"
+          f"{'(+ workers)':>13}")
+    speeds = {}
+    for w in args.workers:
+        r = speeds[w] = loader_speed(big, args.size, args.batch, w, args.batches)
+        print(f"{w:>8}{r['s_per_batch']:>10.3f}{r['images_per_s']:>10.0f}"
+              f"{r['peak_main_mb']:>19.0f}{r['peak_tree_mb']:>13.0f}")
+    space = work / "tiny224.yaml"
+    space.write_text(TINY_224)
+    print(f"\nhard-mode step of the fast supernet, batch {args.batch}, 1 thread:")
+    steps = {}
+    for name in (str(space), "fbnet_imagenet100"):
+        steps[name] = step_time(name, args.batch, args.size, args.steps)
+        label = "tiny at 224" if name == str(space) else name
+        print(f"  {label:<20}{steps[name]:8.3f} s/batch")
+    w = max(speeds)
+    for name, s in steps.items():
+        label = "tiny at 224" if name == str(space) else name
+        data_s = speeds[w]["s_per_batch"]
+        print(f"  data with {w} workers {data_s:.3f} s/batch against the {label} step "
+              f"{s:.3f} s/batch: {'the step' if s > data_s else 'the data'} is the bottleneck")
+    from fbnas.io import write_json
+    from fbnas.latency.lut import profile_space
+
+    lut = work / "tiny224_lut.json"
+    if not lut.exists():
+        from fbnas.arch.space import load_space
+
+        write_json(lut, profile_space(load_space(str(space)), rounds=2, extra_rounds=0,
+                                      block_time=0.001, runtime="eager"))
+    print("\n1-epoch hard-mode search of tiny at 224 px (fbnas train, 1 thread), peak memory:")
+    print(f"{'images':>8}{'loader':>8}{'peak MB (main)':>16}{'(+ workers)':>13}{'wall s':>8}")
+    peaks = {}
+    for loader in args.loaders:
+        for n, folder in folders.items():
+            r = train_memory(folder, space, lut, loader, work / f"run_{loader}_{n}", args.batch)
+            peaks[loader, n] = r["peak_main_mb"]
+            print(f"{n:>8}{loader:>8}{r['peak_main_mb']:>16.0f}{r['peak_tree_mb']:>13.0f}"
+                  f"{r['seconds']:>8.0f}")
+    lo, hi = min(folders), max(folders)
+    for loader in args.loaders:
+        print(f"{loader}: the main process's peak grows by "
+              f"{peaks[loader, hi] - peaks[loader, lo]:.0f} MB from {lo} to {hi} images")
+    print(f"load average at end {os.getloadavg()[0]:.2f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mode", choices=["cifar", "stream"], default="cifar")
+    ap.add_argument("--data-dir", required=True, help="folder holding cifar-10-batches-py/")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=1, help="cifar mode's torch threads")
+    ap.add_argument("--epochs", type=int, default=5, help="cifar: timed epochs after a warm-up")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/fbnas_stream"),
+                    help="stream: folder for the generated images and runs")
+    ap.add_argument("--images", type=int, nargs="+", default=[1000, 8000],
+                    help="stream: training images of each generated folder")
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--batches", type=int, default=10, help="stream: timed batches")
+    ap.add_argument("--steps", type=int, default=3, help="stream: timed supernet steps")
+    ap.add_argument("--loaders", nargs="+", default=["stream", "memory"],
+                    choices=["stream", "memory"], help="stream: the searches' data.loader")
+    args = ap.parse_args()
+    (stream_mode if args.mode == "stream" else cifar_mode)(args)
 
 
 if __name__ == "__main__":

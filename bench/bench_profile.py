@@ -17,10 +17,44 @@ import os
 import time
 
 import numpy as np
+from scipy.stats import kendalltau
 
 from fbnas.arch.space import load_space
 from fbnas.latency.lut import LUT, fastest_non_skip, profile_space
 from fbnas.latency.runtimes import DEFAULT_BLOCK_TIME, DEFAULT_RUNTIME, RUNTIMES
+
+
+def compare(a: LUT, b: LUT, name_a: str, name_b: str) -> dict:
+    """Print how two tables of one space agree, entry by entry and in each layer's fastest
+    non-skip candidate, and return the figures: the overall speed ratio b / a (the median
+    over entries) and the per-entry differences around it, which is what two timings of the
+    same entries on one machine can be expected to share."""
+    keys = list(a.data["entries"])
+    ma = np.array([a.entry(k)["median"] for k in keys])
+    mb = np.array([b.entry(k)["median"] for k in keys])
+    diff = np.abs(ma - mb) / ((ma + mb) / 2)
+    names_cost = list(zip(a.layer_candidates(), a.layer_costs(), b.layer_costs()))
+    same = sum(fastest_non_skip(n, ca) == fastest_non_skip(n, cb) for n, ca, cb in names_cost)
+    print(f"per-entry difference: median {100 * np.median(diff):.1f}%, "
+          f"90th percentile {100 * np.percentile(diff, 90):.1f}%, max {100 * diff.max():.1f}%")
+    level = float(np.median(mb / ma))
+    rel = np.abs(np.log(mb / ma / level))
+    print(f"{name_b} / {name_a} overall: {level:.3f} (the machines' speed between the two); "
+          f"differences around that: median {100 * np.median(rel):.1f}%, 90th percentile "
+          f"{100 * np.percentile(rel, 90):.1f}%")
+    tau = float(kendalltau(ma, mb).statistic)
+    print(f"Kendall tau of the entries: {tau:.3f}")
+    print(f"same fastest non-skip candidate in {same} of {len(names_cost)} layers")
+    for row, (names, ca, cb) in zip(a.data["layers"], names_cost):
+        fa, fb = fastest_non_skip(names, ca), fastest_non_skip(names, cb)
+        if fa != fb:
+            print(f"  layer {row['index']}: {name_a} {names[fa]} ({ca[fa]:.1f} us vs "
+                  f"{names[fb]} {ca[fb]:.1f}), {name_b} {names[fb]} ({cb[fb]:.1f} us vs "
+                  f"{names[fa]} {cb[fa]:.1f})")
+    return {"median_difference": float(np.median(diff)), "speed_ratio": level,
+            "median_difference_around_ratio": float(np.median(rel)),
+            "p90_difference_around_ratio": float(np.percentile(rel, 90)), "kendall_tau": tau,
+            "same_fastest_non_skip": int(same), "layers": len(names_cost)}
 
 
 def main() -> None:
@@ -50,28 +84,7 @@ def main() -> None:
               + (f" ({export:.1f} s of it exporting)" if export is not None else "")
               + f", {prot['rounds']} rounds + {prot['extra_rounds']['run']} extra rounds")
     a, b = luts
-    keys = list(a.data["entries"])
-    ma = np.array([a.entry(k)["median"] for k in keys])
-    mb = np.array([b.entry(k)["median"] for k in keys])
-    diff = np.abs(ma - mb) / ((ma + mb) / 2)
-    same = sum(
-        fastest_non_skip(names, ca) == fastest_non_skip(names, cb)
-        for names, ca, cb in zip(a.layer_candidates(), a.layer_costs(), b.layer_costs()))
-    n = len(space.layers)
-    print(f"per-entry difference: median {100 * np.median(diff):.1f}%, "
-          f"90th percentile {100 * np.percentile(diff, 90):.1f}%, max {100 * diff.max():.1f}%")
-    level = float(np.median(mb / ma))
-    rel = np.abs(np.log(mb / ma / level))
-    print(f"run 2 / run 1 overall: {level:.3f} (the machine's speed between the runs); "
-          f"differences around that: median {100 * np.median(rel):.1f}%, 90th percentile "
-          f"{100 * np.percentile(rel, 90):.1f}%")
-    print(f"same fastest non-skip candidate in {same} of {n} layers")
-    for row, names, ca, cb in zip(a.data["layers"], a.layer_candidates(), a.layer_costs(),
-                                  b.layer_costs()):
-        fa, fb = fastest_non_skip(names, ca), fastest_non_skip(names, cb)
-        if fa != fb:
-            print(f"  layer {row['index']}: {names[fa]} ({ca[fa]:.1f} us vs {names[fb]} "
-                  f"{ca[fb]:.1f}) then {names[fb]} ({cb[fb]:.1f} us vs {names[fa]} {cb[fa]:.1f})")
+    compare(a, b, "run 1", "run 2")
     print(f"wall time per profile: {max(walls):.1f} s (slowest of the two)")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 

@@ -276,10 +276,9 @@ def calibrate(lut_path, networks, fit, seed, rounds, block_time, runtime, dry_ru
       fbnas calibrate lookup_tables/fbnet_cifar_ort.json --networks 50 --fit 20
     """
     from fbnas.io import check_writable, write_json
+    from fbnas.latency.device import device_record
     from fbnas.latency.fidelity import calibrate_lut
     from fbnas.latency.lut import load_lut
-
-    from fbnas.latency.device import device_record
 
     lut = load_lut(lut_path)
     if device_record(lut) is not None:
@@ -642,6 +641,44 @@ def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_ti
             return
     click.echo(latency_report(defn, lut, threads=threads, batch=batch, rounds=rounds,
                               block_time=block_time, seed=seed, runtime=runtime))
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("root", metavar="IMAGENET_DIR", type=click.Path(path_type=Path))
+@click.option("--num", default=100, show_default=True, type=click.IntRange(min=1),
+              help="How many classes to draw.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the draw.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Class list to write (one class folder name per line; data.classes).")
+@click.option("--link", default=None, type=click.Path(file_okay=False, path_type=Path),
+              metavar="DIR", help="Also make DIR/train/<class> (and val or test) as links to "
+                                  "the drawn classes' folders: a folder dataset of its own.")
+@click.option("--force", is_flag=True, help="Overwrite an existing class list.")
+def classes(root, num, seed, out, link, force):
+    """Draw a class subset of an image folder, as the paper's ImageNet-100 is drawn from ImageNet.
+
+    IMAGENET_DIR holds train/<class>/ (and val/<class>/) as ImageNet copies are laid out. The
+    draw is from the sorted class folder names with the given seed, so the same copy and seed
+    give the same classes. Use the list with data.classes (the folder stays where it is), or
+    --link to make a folder of links to the drawn classes.
+
+    \b
+    Example:
+      fbnas classes /data/imagenet --num 100 --seed 0 --out imagenet100.txt --link data/imagenet100
+    """
+    from fbnas.io import atomic_write, refuse_overwrite
+    from fbnas.runs.folders import link_subset, pick_classes
+
+    refuse_overwrite(out, force)
+    if link is not None and link.exists():
+        raise UsageError(f"{link} already exists; name a new folder for --link")
+    names = pick_classes(root, num, seed)
+    header = f"# {num} classes of {root} drawn with seed {seed} (fbnas classes)\n"
+    atomic_write(out, lambda p: p.write_text(header + "".join(f"{n}\n" for n in names)))
+    click.echo(f"wrote {out}: {num} classes of {root}, seed {seed}")
+    if link is not None:
+        made = link_subset(root, names, link)
+        click.echo(f"linked {made} class folders into {link}; train on it with data.dir: {link}")
 
 
 @main.command(context_settings=CONTEXT)

@@ -40,7 +40,14 @@ def _choices(*values: str, default: str,
 class DataConfig:
     dir: str = DEFAULT_DATA_DIR
     kind: str = _choices("cifar10", "folder", default="cifar10")
-    resolution: int = 32  # images of a folder dataset are resized to this
+    resolution: int = 0  # side of a folder dataset's images; 0: the network's input resolution
+    # folders: decode all images into memory once, or per batch in worker processes; auto
+    # keeps them in memory while decoded they take at most data.memory_mb
+    loader: str = _choices("auto", "memory", "stream", default="auto")
+    memory_mb: int = 512
+    workers: int = -1  # decoding processes of a streamed folder; -1: from the usable cores
+    skip_bad: bool = False  # skip (and count) unreadable images instead of stopping
+    classes: str = ""  # file listing the class folders to use, one per line ("": all)
     val_fraction: float = 0.1  # held out of the training images for per-epoch evaluation
     theta_fraction: float = 0.2  # of the rest: the theta part (the paper's 80/20)
     batch_size: int = 64  # per process: N processes train on N x batch_size images a step
@@ -285,6 +292,9 @@ def validate(cfg: Config) -> Config:
     need(0 < d.theta_fraction < 1, "config key data.theta_fraction must be in (0, 1)")
     need(d.batch_size >= 1 and d.eval_batch_size >= 1, "config key data.batch_size must be >= 1")
     need(d.limit >= 0, "config key data.limit must be >= 0")
+    need(d.resolution >= 0, "config key data.resolution must be >= 0 (0: the network's)")
+    need(d.workers >= -1, "config key data.workers must be >= 0, or -1 to choose from the cores")
+    need(d.memory_mb >= 0, "config key data.memory_mb must be >= 0")
     need(s.recalibrate_images >= 0, "config key search.recalibrate_images must be >= 0")
     need(s.epochs >= 1, "config key search.epochs must be at least 1")
     need(cfg.warmup_epochs >= 0, "config key search.warmup_epochs must be >= 0")

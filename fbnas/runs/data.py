@@ -1,8 +1,9 @@
-"""Training input: CIFAR-10 and image folders as uint8 tensors, splits, batched augmentation.
+"""Training input: CIFAR-10 and small image folders as uint8 tensors, splits, augmentation.
 
-Datasets are held whole in memory as ``uint8`` tensors of shape N x 3 x R x R with ``int64``
-labels; augmentation and normalisation run on a whole batch at once with tensor ops, so the
-input pipeline needs no worker processes and costs little next to a supernet step.
+These datasets are held whole in memory as ``uint8`` tensors of shape N x 3 x R x R with
+``int64`` labels; augmentation and normalisation run on a whole batch at once with tensor
+ops, so the input pipeline needs no worker processes and costs little next to a supernet
+step. Image folders too large for that are streamed from disk instead (``fbnas.runs.stream``).
 
 Reproducibility: the shuffle order and the augmentation of an epoch depend only on
 ``(seed, epoch)`` (and the rank, for augmentation), so a resumed run sees the same batches as
@@ -14,7 +15,7 @@ from __future__ import annotations
 import io
 import math
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 
 from fbnas.errors import FbnasError, UsageError
+from fbnas.runs.folders import SKIP_HINT, FolderIndex, check_resolution, scan_folder
 
 CIFAR_FOLDER = "cifar-10-batches-py"
 CIFAR_TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
@@ -36,10 +38,6 @@ CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer",
 # published constants, kept fixed so that runs on a subset normalise like runs on the full set.
 CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
-FOLDER_LAYOUT = ("ROOT/train/<class>/*.png|jpg and ROOT/test/<class>/*.png|jpg, "
-                 "or ROOT/<class>/*.png|jpg (no test split)")
 
 # The only globals a CIFAR-10 batch pickle needs (numpy arrays and, from Python 3 writers,
 # bytes encoded as latin-1 text). Anything else is refused, so a crafted file cannot run code.
@@ -56,9 +54,12 @@ _PICKLE_GLOBALS = {
 
 @dataclass(eq=False)  # tensors have no single truth value for ==
 class Dataset:
-    """uint8 N x 3 x R x R images and int64 labels; test_* are None without a test split."""
+    """uint8 N x 3 x R x R images and int64 labels; test_* are None without a test split.
 
-    train_images: torch.Tensor
+    A streamed folder (``files`` set) holds no images: ``train_images`` and ``test_images``
+    are None and ``files`` lists what the loaders decode, batch by batch."""
+
+    train_images: torch.Tensor | None
     train_labels: torch.Tensor
     test_images: torch.Tensor | None
     test_labels: torch.Tensor | None
@@ -67,16 +68,37 @@ class Dataset:
     std: tuple[float, float, float]
     kind: str = "cifar10"
     source: str = ""
+    #: for a streamed folder: the scan (files per split, what was skipped)
+    files: FolderIndex | None = None
+    #: side length the loaders produce; taken from the images when they are in memory
+    size: int = 0
+    #: how the data is served and why, for the run's start line
+    how: str = ""
+    #: decoding processes per training process (streamed folders)
+    workers: int = 0
+    #: (path, why) of every file or class folder skipped under data.skip_bad
+    skipped: list = field(default_factory=list)
+
+    @property
+    def streamed(self) -> bool:
+        return self.files is not None
 
     @property
     def has_test(self) -> bool:
         """Whether the dataset came with a separate test split."""
-        return self.test_images is not None
+        return self.test_labels is not None
 
     @property
     def resolution(self) -> int:
         """Side length of the (square) images."""
-        return int(self.train_images.shape[-1])
+        return self.size or int(self.train_images.shape[-1])
+
+    @property
+    def channels(self) -> int:
+        return 3 if self.streamed else int(self.train_images.shape[1])
+
+    def __len__(self) -> int:
+        return int(self.train_labels.shape[0])
 
 
 def load_dataset(data_dir: str | Path, kind: str = "cifar10", resolution: int = 32) -> Dataset:
@@ -87,7 +109,7 @@ def load_dataset(data_dir: str | Path, kind: str = "cifar10", resolution: int = 
                              "for; use a search space with 32x32 input or an image folder")
         return load_cifar10(data_dir)
     if kind == "folder":
-        return load_image_folder(data_dir, resolution)
+        return load_image_folder(scan_folder(data_dir), resolution)
     raise UsageError(f"unknown dataset kind {kind!r}; use 'cifar10' or 'folder'")
 
 
@@ -211,67 +233,30 @@ def download_cifar10(root: str | Path) -> Path:
 # ----------------------------------------------------------------------------- image folders
 
 
-def load_image_folder(root: str | Path, resolution: int) -> Dataset:
-    """Decode ROOT/{train,test}/<class>/* (or ROOT/<class>/*) into R x R uint8 tensors.
+def load_image_folder(index: FolderIndex, resolution: int, skip_bad: bool = False) -> Dataset:
+    """Decode a scanned folder's images into R x R uint8 tensors, all at once.
 
     Every image is scaled so its shorter side is ``resolution`` and centre-cropped to a square,
     once, at load time; the whole set then sits in memory (N * 3 * R * R bytes), which suits
-    small datasets only.
+    small datasets only (larger ones stream, see ``fbnas.runs.stream``). With ``skip_bad`` an
+    image that fails to decode is dropped and added to ``index.skipped``.
     """
-    root = Path(root)
-    if resolution < 1:
-        raise UsageError(f"resolution must be a positive number of pixels, not {resolution}")
-    if not root.is_dir():
-        raise FbnasError(f"image folder {root} does not exist: point --data-dir (data.dir) at "
-                         f"your images, expected {_folder_layout(root)}")
-    train_dir, test_dir = root / "train", root / "test"
-    split = train_dir.is_dir() and any(p.is_dir() for p in train_dir.iterdir())
-    if not split:
-        train_dir, test_dir = root, None
-    classes = _class_dirs(train_dir, root)
-    names = [c.name for c in classes]
-    train_x, train_y = _decode_classes(classes, list(range(len(names))), resolution, root)
+    check_resolution(resolution)
+    train_x, train_y = _decode_split(index, index.train, resolution, skip_bad)
     test_x = test_y = None
-    if test_dir is not None and test_dir.is_dir():
-        test_classes = _class_dirs(test_dir, root)
-        unknown = [c.name for c in test_classes if c.name not in names]
-        if unknown:
-            raise FbnasError(f"{test_dir} has classes not in {train_dir}: {', '.join(unknown)}; "
-                             f"expected {_folder_layout(root)} with the same class names")
-        ids = [names.index(c.name) for c in test_classes]
-        test_x, test_y = _decode_classes(test_classes, ids, resolution, root)
+    if index.test is not None:
+        test_x, test_y = _decode_split(index, index.test, resolution, skip_bad)
     mean, std = channel_stats(train_x)
-    return Dataset(train_x, train_y, test_x, test_y, names, mean, std,
-                   kind="folder", source=str(root))
+    return Dataset(train_x, train_y, test_x, test_y, index.classes, mean, std,
+                   kind="folder", source=str(index.root), skipped=index.skipped)
 
 
-def _folder_layout(root: Path) -> str:
-    return FOLDER_LAYOUT.replace("ROOT", str(root))
+def _decode_split(index: FolderIndex, split, resolution: int, skip_bad: bool):
+    from PIL import Image, ImageOps
 
-
-def _class_dirs(folder: Path, root: Path) -> list[Path]:
-    dirs = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
-    if not dirs:
-        raise FbnasError(f"{folder} has no class folders: expected {_folder_layout(root)}")
-    return dirs
-
-
-def _decode_classes(dirs: list[Path], ids: list[int], resolution: int,
-                    root: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    from PIL import Image, ImageOps, UnidentifiedImageError
-
-    files: list[Path] = []
-    labels: list[int] = []
-    for d, i in zip(dirs, ids):
-        found = sorted(p for p in d.iterdir()
-                       if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-        if not found:
-            raise FbnasError(f"class folder {d} has no images "
-                             f"({', '.join(IMAGE_SUFFIXES)}): expected {_folder_layout(root)}")
-        files += found
-        labels += [i] * len(found)
-    out = np.empty((len(files), resolution, resolution, 3), dtype=np.uint8)
-    for n, path in enumerate(files):
+    out = np.empty((len(split.files), resolution, resolution, 3), dtype=np.uint8)
+    keep = []
+    for n, path in enumerate(split.files):
         try:
             with Image.open(path) as img:
                 # JPEG can decode at a reduced scale directly, which is much cheaper than
@@ -279,14 +264,14 @@ def _decode_classes(dirs: list[Path], ids: list[int], resolution: int,
                 img.draft("RGB", (resolution, resolution))
                 img = ImageOps.fit(img.convert("RGB"), (resolution, resolution),
                                    Image.Resampling.BICUBIC)
-                out[n] = np.asarray(img)
-        except Image.DecompressionBombError:
-            raise FbnasError(f"image {path} has more pixels than Pillow opens safely (a "
-                             "decompression bomb?); shrink it or remove it") from None
-        except (OSError, UnidentifiedImageError, ValueError) as e:
-            raise FbnasError(f"cannot decode image {path}: {e}") from None
-    images = torch.from_numpy(out).permute(0, 3, 1, 2).contiguous()
-    return images, torch.tensor(labels, dtype=torch.int64)
+                out[len(keep)] = np.asarray(img)
+                keep.append(n)
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+            if not skip_bad:
+                raise FbnasError(f"image {path} cannot be decoded ({e}); {SKIP_HINT}") from None
+            index.skipped.append((path, f"cannot be decoded ({e})"))
+    images = torch.from_numpy(out[:len(keep)]).permute(0, 3, 1, 2).contiguous()
+    return images, split.labels[torch.tensor(keep, dtype=torch.int64)]
 
 
 def channel_stats(images: torch.Tensor, chunk: int = 1024) -> tuple[tuple, tuple]:
@@ -417,14 +402,23 @@ class BatchLoader:
             raise ValueError("images must be a uint8 N x C x H x W tensor")
         if labels.shape[0] != images_uint8.shape[0]:
             raise ValueError("images and labels differ in length")
+        self.images = images_uint8
+        self.padding = padding
+        self.flip = flip
+        self._setup(labels, indices, batch_size, train, seed, drop_last, mean, std, device, rank,
+                    world_size)
+
+    def _setup(self, labels: torch.Tensor, indices, batch_size: int, train: bool, seed: int,
+               drop_last: bool, mean: Sequence[float], std: Sequence[float],
+               device: str | torch.device, rank: int, world_size: int) -> None:
+        """What every loader shares: the index subset, its sharding, order and batching."""
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in 0..world_size-1 ({world_size})")
         if batch_size < 1:
             raise UsageError(f"batch size must be at least 1, not {batch_size}")
         indices = torch.as_tensor(indices, dtype=torch.int64).flatten()
-        if indices.numel() and (indices.min() < 0 or indices.max() >= images_uint8.shape[0]):
+        if indices.numel() and (indices.min() < 0 or indices.max() >= labels.shape[0]):
             raise ValueError("indices out of range of the images")
-        self.images = images_uint8
         self.labels = labels
         self.indices = indices
         self.batch_size = batch_size
@@ -434,8 +428,6 @@ class BatchLoader:
         self.device = torch.device(device)
         self.rank = rank
         self.world_size = world_size
-        self.padding = padding
-        self.flip = flip
         self.epoch = 0
         self._scale, self._shift = _affine(mean, std, self.device)
         if len(self) == 0:

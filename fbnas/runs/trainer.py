@@ -32,7 +32,7 @@ from fbnas.runs.checkpoint import CHECKPOINT_FORMAT, check_resumable, save_check
 from fbnas.runs.data import BatchLoader, Dataset
 from fbnas.runs.dist import DistInfo, all_reduce_sum, barrier, ranks_agree, sync_buffers
 from fbnas.runs.health import epoch_warnings
-from fbnas.runs.loaders import load_run_data, train_batches
+from fbnas.runs.loaders import load_run_data, skipped_files, train_batches
 from fbnas.runs.rundir import RunPaths, append_metrics, write_metrics
 from fbnas.runs.schedule import cosine_factor
 from fbnas.runs.stats import PhaseStats, StepFigures, across_ranks
@@ -116,7 +116,19 @@ class Trainer:
 
     def epoch_warnings(self) -> list[str]:
         """One-line warnings after an epoch: how the run is going wrong, if it is."""
-        return epoch_warnings(self.history, self.classes)
+        return epoch_warnings(self.history, self.classes) + self.skip_warnings()
+
+    def skip_warnings(self) -> list[str]:
+        """A line when files skipped under data.skip_bad were found since the last one."""
+        loaders = [v for v in vars(self).values() if isinstance(v, BatchLoader)]
+        skipped = skipped_files(self.data, loaders)
+        new = skipped[self._skips_reported:]
+        self._skips_reported = len(skipped)
+        if not new:
+            return []
+        path, why = new[0]
+        return [f"skipped {len(new)} unreadable file(s) or empty class folder(s) "
+                f"(data.skip_bad; {len(skipped)} in all), first {path}: {why}"]
 
     def phase_record(self, phase: str, mean: StepFigures) -> dict:
         """The epoch record's figures of one phase, from the mean of its step figures."""
@@ -197,7 +209,8 @@ class Trainer:
     def _load_data(self) -> None:
         rd = load_run_data(self.cfg, self.info, self.device, self.resolution, self.num_classes,
                            self.in_channels)
-        self.classes, self.splits = rd.classes, rd.splits
+        self.classes, self.splits, self.data = rd.classes, rd.splits, rd.data
+        self._skips_reported = 0
         self.make_train_loaders(rd.data, rd.splits, **rd.common)
         self.val_loader, self.test_loader = rd.val_loader, rd.test_loader
 
@@ -394,6 +407,9 @@ class Trainer:
             self.writer = SummaryWriter(str(self.paths.tensorboard))
         if self.epoch == 0 and self.position == 0:
             self.log(self.describe())
+            self.log(f"data: {self.data.how}")
+            for warning in self.skip_warnings():  # what the scan of a folder skipped
+                self.warn(warning)
         elif self.epoch >= self.epochs and self.position == 0:
             self.log(f"run {self.paths.root} already finished all {self.epoch} epochs; nothing "
                      "to resume (use --force to start over)")

@@ -28,8 +28,8 @@ from fbnas.config import Config
 from fbnas.errors import FbnasError, UsageError
 from fbnas.io import file_hash
 from fbnas.latency.lut import load_lut
-from fbnas.runs.data import BatchLoader
 from fbnas.runs.launch import launch
+from fbnas.runs.loaders import loader
 from fbnas.runs.rundir import copy_table, resume_config
 from fbnas.runs.stats import StepFigures
 from fbnas.runs.trainer import Batch, Trainer
@@ -189,10 +189,9 @@ class Search(Trainer):
         n = min(self.cfg.search.recalibrate_images, len(splits["weights"]))
         self.recal_loader = None
         if n:
-            self.recal_loader = BatchLoader(
-                data.train_images, data.train_labels, splits["weights"][:n],
-                self.cfg.data.batch_size, train=False, seed=0, drop_last=False,
-                **{**common, "rank": 0, "world_size": 1})
+            self.recal_loader = loader(self.cfg, data, "train", splits["weights"][:n],
+                                       self.cfg.data.batch_size, train=False, seed=0,
+                                       drop_last=False, **{**common, "rank": 0, "world_size": 1})
 
     def evaluate(self, loader, path: list[int] | None = None) -> dict:
         """Score the deterministic (argmax or softmax) supernet, or the one architecture
@@ -351,7 +350,7 @@ class Search(Trainer):
             self._draw(self.epoch - 1, self.net.probabilities())
 
     def epoch_warnings(self) -> list[str]:
-        return search_warnings(self.history, self.classes)
+        return search_warnings(self.history, self.classes) + self.skip_warnings()
 
     def epoch_line_extras(self, r: dict) -> list[str]:
         metric = self.cfg.search.cost

@@ -1,0 +1,234 @@
+"""Image folders: finding the classes and files, checking them, and decoding one image.
+
+A folder dataset is ROOT/train/<class>/* with an optional ROOT/test/<class>/* (or
+ROOT/val/<class>/*, ImageNet's name), or ROOT/<class>/* alone. Class ids are the positions
+of the training split's class names in sorted order (or in a class-list file's order), so a
+test image's label is found by its folder's name, never by position: a class folder missing
+from one split cannot shift the labels of the others.
+
+Every file is checked once when the folder is scanned, by opening its header (cheap: no
+pixels are decoded), so a non-image or an oversized image is found before training starts;
+an image whose data is damaged further in is found when it is decoded. Either way a bad file
+is a one-line error naming it, or, with ``data.skip_bad``, skipped and counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from fbnas.errors import FbnasError, UsageError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
+TEST_SPLITS = ("test", "val")
+FOLDER_LAYOUT = ("ROOT/train/<class>/*.png|jpg and ROOT/test/<class>/*.png|jpg (or ROOT/val/), "
+                 "or ROOT/<class>/*.png|jpg (no test split)")
+SKIP_HINT = "remove it, or set data.skip_bad: true to skip unreadable files"
+
+
+@dataclass
+class Split:
+    """The image files of one split and their labels (ids into the training classes)."""
+
+    files: list[str]
+    labels: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+
+@dataclass
+class FolderIndex:
+    """What a scan of an image folder found: classes, splits, and what it skipped."""
+
+    root: Path
+    classes: list[str]
+    train: Split
+    test: Split | None
+    #: (path, why) of every file or class folder skipped under data.skip_bad
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def folder_layout(root: Path | str) -> str:
+    return FOLDER_LAYOUT.replace("ROOT", str(root))
+
+
+def read_class_list(path: str | Path) -> list[str]:
+    """Class folder names, one per line (blank lines and ``#`` comments ignored)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise FbnasError(f"cannot read class list {path}: {getattr(e, 'strerror', None) or e}; "
+                         "point data.classes at a text file with one class folder name per "
+                         "line") from None
+    names = [ln.split("#", 1)[0].strip() for ln in text.splitlines()]
+    names = [n for n in names if n]
+    if not names:
+        raise FbnasError(f"class list {path} names no classes; write one class folder name "
+                         "per line")
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise FbnasError(f"class list {path} names {dup[0]} twice; list each class once")
+    return names
+
+
+def scan_folder(root: str | Path, classes: list[str] | None = None,
+                skip_bad: bool = False) -> FolderIndex:
+    """Find the splits, classes and image files of ``root`` and check every file's header.
+
+    ``classes`` restricts the dataset to those class folders, in that order (their ids);
+    each must exist in the training split.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise FbnasError(f"image folder {root} does not exist: point --data-dir (data.dir) at "
+                         f"your images, expected {folder_layout(root)}")
+    train_dir = root / "train"
+    split = train_dir.is_dir() and any(p.is_dir() for p in train_dir.iterdir())
+    test_dir = next((root / s for s in TEST_SPLITS if (root / s).is_dir()), None) if split \
+        else None
+    if not split:
+        train_dir = root
+    found = _class_dirs(train_dir, root)
+    if classes is None:
+        names = [d.name for d in found]
+    else:
+        have = {d.name for d in found}
+        missing = [c for c in classes if c not in have]
+        if missing:
+            raise FbnasError(f"{train_dir} has no class folder {missing[0]} named in the class "
+                             f"list ({len(missing)} missing); check data.classes and data.dir")
+        names = list(classes)
+    skipped: list[tuple[str, str]] = []
+    train = _split_files(train_dir, names, names, root, skip_bad, skipped)
+    test = None
+    if test_dir is not None:
+        test_names = [d.name for d in _class_dirs(test_dir, root)]
+        unknown = [c for c in test_names if c not in names and classes is None]
+        if unknown:
+            raise FbnasError(f"{test_dir} has classes not in {train_dir}: {', '.join(unknown)}; "
+                             f"expected {folder_layout(root)} with the same class names")
+        test = _split_files(test_dir, [c for c in names if c in test_names], names, root,
+                            skip_bad, skipped)
+    return FolderIndex(root, names, train, test, skipped)
+
+
+def _class_dirs(folder: Path, root: Path) -> list[Path]:
+    dirs = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not dirs:
+        raise FbnasError(f"{folder} has no class folders: expected {folder_layout(root)}")
+    return dirs
+
+
+def _split_files(folder: Path, present: list[str], names: list[str], root: Path,
+                 skip_bad: bool, skipped: list) -> Split:
+    files: list[str] = []
+    labels: list[int] = []
+    ids = {n: i for i, n in enumerate(names)}
+    for name in present:
+        d = folder / name
+        good = []
+        for p in sorted(p for p in d.iterdir()
+                        if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES):
+            why = check_header(p)
+            if why is None:
+                good.append(str(p))
+            elif skip_bad:
+                skipped.append((str(p), why))
+            else:
+                raise FbnasError(f"image {p} {why}; {SKIP_HINT}")
+        if not good:
+            why = f"has no readable images ({', '.join(IMAGE_SUFFIXES)})"
+            if not skip_bad:
+                raise FbnasError(f"class folder {d} {why}; add images, remove the folder, or "
+                                 "set data.skip_bad: true")
+            skipped.append((str(d), why))  # the class keeps its id: no label shifts
+        files += good
+        labels += [ids[name]] * len(good)
+    if not files:
+        raise FbnasError(f"{folder} holds no readable images: expected {folder_layout(root)}")
+    return Split(files, torch.tensor(labels, dtype=torch.int64))
+
+
+def check_header(path: Path) -> str | None:
+    """Why ``path`` is not an image Pillow can open (header only), else None."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            w, h = img.size
+            if w < 1 or h < 1:
+                return f"has no pixels ({w}x{h})"
+    except Image.DecompressionBombError:
+        return "has more pixels than Pillow opens safely (a decompression bomb?)"
+    except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as e:
+        return f"cannot be read as an image ({e})"
+    return None
+
+
+def open_rgb(path: str):
+    """The image at ``path`` as a fully decoded RGB Pillow image; ValueError with a short
+    reason if it cannot be (Pillow refuses truncated data unless told otherwise, and fbnas
+    does not tell it)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            out = img.convert("RGB")
+            out.load()
+            return out
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+        raise ValueError(str(e) or type(e).__name__) from None
+
+
+def check_resolution(resolution: int) -> None:
+    if resolution < 1:
+        raise UsageError(f"resolution must be a positive number of pixels, not {resolution}")
+
+
+def pick_classes(root: str | Path, num: int, seed: int) -> list[str]:
+    """``num`` class folder names of ``root``'s training split drawn at random with ``seed``
+    (from the sorted names, so the draw depends on the names alone), returned sorted."""
+    import random
+
+    root = Path(root)
+    if not root.is_dir():
+        raise FbnasError(f"image folder {root} does not exist: point it at an ImageNet copy, "
+                         f"expected {folder_layout(root)}")
+    train = root / "train" if (root / "train").is_dir() else root
+    names = [d.name for d in _class_dirs(train, root)]
+    if num > len(names):
+        raise FbnasError(f"{train} has {len(names)} class folders, fewer than the {num} asked "
+                         f"for; pass --num {len(names)} or less")
+    return sorted(random.Random(seed).sample(names, num))
+
+
+def link_subset(root: str | Path, classes: list[str], dest: str | Path) -> int:
+    """Make ``dest``/train/<class> (and test or val, as ``root`` has them) symbolic links to
+    ``root``'s class folders; returns how many links were made. ``dest`` must not exist: the
+    links go into a temporary sibling folder renamed into place, so a failed run leaves
+    nothing half made."""
+    import os
+    import shutil
+    import tempfile
+
+    root, dest = Path(root).resolve(), Path(dest)
+    splits = [s for s in ("train", *TEST_SPLITS) if (root / s).is_dir()] or [""]
+    made, tmp = 0, None
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+        for split in splits:
+            (tmp / split).mkdir(parents=True, exist_ok=True)
+            for c in classes:
+                if (root / split / c).is_dir():
+                    os.symlink(root / split / c, tmp / split / c, target_is_directory=True)
+                    made += 1
+        os.rename(tmp, dest)
+    except OSError as e:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise FbnasError(f"cannot make the class folder links in {dest}: {e.strerror or e}")
+    return made
