@@ -219,6 +219,14 @@ def stream_mode(args) -> None:
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; folders "
           + ", ".join(f"{n} images" for n in folders) + f" of 500x375 JPEG under {work}")
     big = folders[max(folders)]
+    from fbnas.runs.folders import scan_folder
+
+    t0 = time.perf_counter()
+    index = scan_folder(big)
+    files = len(index.train) + len(index.test)
+    scan_s = time.perf_counter() - t0
+    print(f"scan of {big} (every file's header checked): {files} files in {scan_s:.2f} s, "
+          f"{1e6 * scan_s / files:.0f} us per file")
     print(f"\nstreaming throughput at {args.size} px, batch {args.batch}, train mode "
           f"(RandomResizedCrop + flip), {args.batches} batches after the first:")
     print(f"{'workers':>8}{'s/batch':>10}{'images/s':>10}{'peak MB (process)':>19}"
