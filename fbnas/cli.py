@@ -90,6 +90,10 @@ def main() -> None:
 @click.option("--data-dir", default=None,
               help="With --bundle --precision int8: CIFAR-10 (python format) whose training "
                    "images calibrate the networks' quantization.")
+@click.option("--jobs", default=0, type=click.IntRange(min=0),
+              help="With --bundle: processes exporting the files in parallel (nothing is "
+                   "timed; the bundle is the same for any number) [default: the usable "
+                   "cores, at most 8].")
 @click.option("--from-results", default=None, type=click.Path(dir_okay=False, path_type=Path),
               metavar="RESULTS",
               help="Time nothing: turn the results a bundle's run.py wrote on the device into "
@@ -120,8 +124,8 @@ def main() -> None:
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--force", is_flag=True, help="Overwrite an existing table (or bundle folder).")
 @click.pass_context
-def profile(ctx, space_name, out, bundle, precision, networks, data_dir, from_results, runtime,
-            threads, batch, rounds, extra_time, block_time, check_n, seed, force):
+def profile(ctx, space_name, out, bundle, precision, networks, data_dir, jobs, from_results,
+            runtime, threads, batch, rounds, extra_time, block_time, check_n, seed, force):
     """Time every candidate op at every searchable layer into a latency lookup table.
 
     With --runtime onnxruntime (the default) every distinct entry, the stem and the head are
@@ -182,9 +186,13 @@ def profile(ctx, space_name, out, bundle, precision, networks, data_dir, from_re
             pick = pick[:NETWORK_CALIBRATION_IMAGES]
             images = normalize(data.train_images[pick], data.mean, data.std).numpy()
             source = str(data_dir)
+        if not jobs:
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+            jobs = min(8, cores or os.cpu_count() or 1)
         manifest = write_bundle(space, bundle, precision=precision, batch=batch,
                                 networks=networks, seed=seed, images=images,
-                                images_source=source, force=force, source=str(space_name))
+                                images_source=source, force=force, source=str(space_name),
+                                jobs=jobs)
         cal = manifest["calibration"]
         click.echo(f"bundle for space {space.name} (hash {space.hash}): "
                    f"{len(manifest['entries'])} entries, {cal['networks']} calibration networks "
@@ -197,7 +205,7 @@ def profile(ctx, space_name, out, bundle, precision, networks, data_dir, from_re
         click.echo(f"then here: fbnas profile --space {space_name} --from-results results.json "
                    "--out TABLE.json")
         return
-    refuse(("precision", "networks", "data_dir"), "without --bundle")
+    refuse(("precision", "networks", "data_dir", "jobs"), "without --bundle")
     if from_results is not None:
         refuse(timing + ("batch", "seed"), "to --from-results (the results hold the device's "
                                            "timings and the bundle's settings)")

@@ -260,10 +260,22 @@ def test_missing_results_file_is_one_line_error(tmp_path):
 def bundle(tmp_path_factory):
     """A tiny fp32 bundle with 5 calibration networks, written by the CLI."""
     out = tmp_path_factory.mktemp("bundle") / "tiny_bundle"
-    res = cli("profile", "--space", "tiny", "--bundle", out, "--networks", 5)
+    res = cli("profile", "--space", "tiny", "--bundle", out, "--networks", 5, "--jobs", 2)
     assert res.exit_code == 0, res.output
     assert f"wrote {out}" in res.stdout and "run.py --out results.json" in res.stdout
     return out
+
+
+@pytest.mark.slow
+def test_parallel_export_writes_the_files_one_process_writes(bundle, tmp_path):
+    """Each file is seeded by its own index, so --jobs changes nothing in the bundle."""
+    out = tmp_path / "serial"
+    assert cli("profile", "--space", "tiny", "--bundle", out, "--networks", 5,
+               "--jobs", 1).exit_code == 0
+    a, b = (json.loads((d / "manifest.json").read_text()) for d in (bundle, out))
+    for part in ("entries", "networks"):
+        assert {k: v["sha256"] for k, v in a[part].items()} == \
+            {k: v["sha256"] for k, v in b[part].items()}
 
 
 @pytest.fixture(scope="module")
@@ -553,7 +565,7 @@ def test_int8_bundle_quantizes_entries_on_noise_and_networks_on_images(tmp_path,
     space_file.write_text(MICRO_SPACE)
     out = tmp_path / "b8"
     res = cli("profile", "--space", space_file, "--bundle", out, "--precision", "int8",
-              "--networks", 5, "--data-dir", cifar_subset)
+              "--networks", 5, "--data-dir", cifar_subset, "--jobs", 1)  # the stand-in is here
     assert res.exit_code == 0, res.output
     m = json.loads((out / "manifest.json").read_text())
     assert m["precision"] == "int8" and "kernels" in m["quantization"]["entries"]
@@ -583,7 +595,7 @@ def test_int8_bundle_end_to_end(tmp_path, cifar_subset):
     space_file.write_text(MICRO_SPACE)
     out = tmp_path / "b8"
     res = cli("profile", "--space", space_file, "--bundle", out, "--precision", "int8",
-              "--networks", 5, "--data-dir", cifar_subset)
+              "--networks", 5, "--data-dir", cifar_subset, "--jobs", 1)  # the stand-in is here
     assert res.exit_code == 0, res.output
     assert "int8" in res.stdout
     m = json.loads((out / "manifest.json").read_text())

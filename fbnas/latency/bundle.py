@@ -201,11 +201,65 @@ def _readme(space: SearchSpace, precision: str, source: str | None) -> str:
             "--out TABLE.json\n")
 
 
+def _export(space: SearchSpace, batch: int, seed: int, task: tuple, calib_images,
+            quantize) -> bytes:
+    """The ONNX bytes of one bundle file: ``("entry", i, key)`` or ``("network", i, ops)``.
+
+    Weights and quantization noise are seeded by (seed, kind, i), so a file does not depend
+    on which process exports it or in what order."""
+    import torch
+
+    from fbnas.arch.export import EXAMPLE_BATCH, example_like, onnx_program
+    from fbnas.arch.model import Network
+
+    kind, i, what = task
+    stream = np.random.SeedSequence([seed, kind == "entry", i])
+    torch.manual_seed(int(stream.generate_state(1)[0]))
+    if kind == "entry":
+        spec = table_layout(space, batch)[0][what]
+        x = spec.input()
+        model = onnx_program(spec.build(space), example_like(x)).model_proto.SerializeToString()
+        if quantize is not None:
+            rng = np.random.default_rng([seed, i])
+            calib = [rng.standard_normal(tuple(x.shape)).astype(np.float32)
+                     for _ in range(ENTRY_CALIBRATION_SAMPLES)]
+            model = _quantize(quantize, model, calib, f"entry {what}")
+        return model
+    defn = space.definition(what, f"net{i}")
+    net = Network(defn)
+    program = onnx_program(net, torch.randn(net.input_shape(EXAMPLE_BATCH)), "logits")
+    program.model.metadata_props["fbnas.definition"] = json.dumps(defn)
+    model = program.model_proto.SerializeToString()
+    if quantize is not None:
+        model = _quantize(quantize, model, calib_images, f"network net{i}")
+    return model
+
+
+_WORKER: dict = {}
+
+
+def _init_worker(raw: dict, batch: int, seed: int, calib_images, int8: bool) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    _WORKER.update(space=SearchSpace(raw), batch=batch, seed=seed, images=calib_images,
+                   quantize=_quantizer() if int8 else None)
+
+
+def _export_in_worker(task: tuple) -> bytes:
+    w = _WORKER
+    return _export(w["space"], w["batch"], w["seed"], task, w["images"], w["quantize"])
+
+
 def write_bundle(space: SearchSpace, out: str | Path, precision: str = "fp32", batch: int = 1,
                  networks: int = 50, seed: int = 0, images: np.ndarray | None = None,
                  images_source: str | None = None, force: bool = False,
-                 source: str | None = None) -> dict:
+                 source: str | None = None, jobs: int = 1) -> dict:
     """Write the device bundle of ``space`` to the folder ``out`` and return its manifest.
+
+    Nothing is timed, so ``jobs`` processes export (and quantize) the files in parallel;
+    every file depends on the seed and its own index only, so the bundle is the same for any
+    ``jobs``.
 
     ``networks`` random whole networks (``fbnas calibrate``'s selection, with
     :func:`networks_fit` of them spread from no skip to 80% skip) go with the entries. For
@@ -233,7 +287,7 @@ def write_bundle(space: SearchSpace, out: str | Path, precision: str = "fp32", b
     staging = prepare_destination(out, force)
     try:
         manifest = _write(space, staging, precision, batch, networks, seed, images,
-                          images_source, quantize, source)
+                          images_source, quantize, source, jobs)
         _move_into_place(staging, out)
     finally:
         if staging.exists():
@@ -243,20 +297,18 @@ def write_bundle(space: SearchSpace, out: str | Path, precision: str = "fp32", b
 
 def _write(space: SearchSpace, folder: Path, precision: str, batch: int, networks: int,
            seed: int, images: np.ndarray | None, images_source: str | None, quantize,
-           source: str | None) -> dict:
+           source: str | None, jobs: int) -> dict:
     """Export every file into ``folder`` (the staging folder) and write the manifest."""
     import onnx
     import onnxruntime
     import onnxscript
     import torch
 
-    from fbnas.arch.export import EXAMPLE_BATCH, example_like, onnx_program
+    from fbnas.arch.export import EXAMPLE_BATCH
     from fbnas.arch.model import Network
     from fbnas.progress import Progress
 
     started = time.monotonic()
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
     specs, layers, fixed = table_layout(space, batch)
     (folder / "entries").mkdir()
     (folder / "networks").mkdir()
@@ -271,42 +323,44 @@ def _write(space: SearchSpace, folder: Path, precision: str, batch: int, network
         opsets.add(opset)
         return {"file": rel, "sha256": sha256(model), "bytes": len(model), "opset": opset}
 
-    entries = {}
-    progress = Progress(total=len(specs), desc="exporting entries")
-    for i, (key, spec) in enumerate(specs.items()):
-        x = spec.input()
-        model = onnx_program(spec.build(space), example_like(x)).model_proto.SerializeToString()
-        if quantize is not None:
-            calib = [rng.standard_normal(tuple(x.shape)).astype(np.float32)
-                     for _ in range(ENTRY_CALIBRATION_SAMPLES)]
-            model = _quantize(quantize, model, calib, f"entry {key}")
-        entries[key] = {**spec.fields(), "input": list(x.shape),
-                        **save(f"entries/{i:03d}_{spec.op}.onnx", model)}
-        progress.update()
-    progress.close()
-
     fit = networks_fit(networks)
     archs = calibration_archs(space, networks, fit, seed)
-    nets = {}
-    progress = Progress(total=networks, desc="exporting networks")
     calib_images = None
     if quantize is not None:
         calib_images = [np.ascontiguousarray(images[i:i + CALIBRATION_BATCH], dtype=np.float32)
                         for i in range(0, len(images), CALIBRATION_BATCH)]
+    tasks = [("entry", i, key) for i, key in enumerate(specs)]
+    tasks += [("network", i, ops) for i, ops in enumerate(archs)]
+    progress = Progress(total=len(tasks), desc="exporting entries and networks")
+    models: dict[tuple[str, int], bytes] = {}
+    if jobs <= 1:
+        for task in tasks:
+            models[task[:2]] = _export(space, batch, seed, task, calib_images, quantize)
+            progress.update()
+    else:
+        import concurrent.futures as cf
+        import multiprocessing
+
+        # spawned, not forked: a fork of a process that has run torch's OpenMP pool can hang
+        with cf.ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"),
+                                    initializer=_init_worker,
+                                    initargs=(space.raw, batch, seed, calib_images,
+                                              quantize is not None)) as pool:
+            pending = {pool.submit(_export_in_worker, t): t for t in tasks}
+            for done in cf.as_completed(pending):
+                models[pending[done][:2]] = done.result()
+                progress.update()
+    progress.close()
+    entries = {}
+    for i, (key, spec) in enumerate(specs.items()):
+        entries[key] = {**spec.fields(), "input": list(spec.input().shape),
+                        **save(f"entries/{i:03d}_{spec.op}.onnx", models["entry", i])}
+    nets = {}
     for i, ops in enumerate(archs):
         name = f"net{i}"
-        defn = space.definition(ops, name)
-        net = Network(defn)
-        shape = list(net.input_shape(batch))
-        program = onnx_program(net, torch.randn(net.input_shape(EXAMPLE_BATCH)), "logits")
-        program.model.metadata_props["fbnas.definition"] = json.dumps(defn)
-        model = program.model_proto.SerializeToString()
-        if quantize is not None:
-            model = _quantize(quantize, model, calib_images, f"network {name}")
-        nets[name] = {"ops": list(ops), "fit": i < fit, "input": shape,
-                      **save(f"networks/{name}.onnx", model)}
-        progress.update()
-    progress.close()
+        nets[name] = {"ops": list(ops), "fit": i < fit,
+                      "input": list(Network(space.definition(ops, name)).input_shape(batch)),
+                      **save(f"networks/{name}.onnx", models["network", i])}
 
     runner = runner_source()
     (folder / RUNNER_FILE).write_bytes(runner)
