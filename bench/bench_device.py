@@ -79,10 +79,41 @@ def fidelity(lut) -> dict:
             **{row: cal["report"][row] for row in rows if row in cal.get("report", {})}}
 
 
+def op_ratios(a, b, networks: int = 200) -> dict:
+    """Print b / a per candidate op (median over its shapes) and for the calibrated
+    predictions of random whole networks, with their Kendall tau: how far b's ranking of
+    networks is from a's, which is what a search sees."""
+    import numpy as np
+    from scipy.stats import kendalltau
+
+    from fbnas.latency.fidelity import random_archs
+
+    keys: dict[str, set] = {}
+    for layer in a.data["layers"]:
+        for op, key in layer["candidates"].items():
+            keys.setdefault(op, set()).add(key)
+    out = {"ops": {}}
+    print("per op, b / a over its layer shapes: median (range)")
+    for op, ks in sorted(keys.items()):
+        r = [b.entry(k)["median"] / a.entry(k)["median"] for k in ks]
+        out["ops"][op] = [float(np.median(r)), min(r), max(r)]
+        print(f"  {op:<10}{np.median(r):6.2f} ({min(r):.2f} .. {max(r):.2f})")
+    archs = random_archs(a, networks, seed=5)
+    pa = np.array([a.predict(ops) for ops in archs])
+    pb = np.array([b.predict(ops) for ops in archs])
+    r = pb / pa
+    tau = float(kendalltau(pa, pb).statistic)
+    print(f"{networks} random networks, predicted b / a: median {np.median(r):.3f} "
+          f"({r.min():.3f} .. {r.max():.3f}), Kendall tau {tau:.3f}")
+    out["networks"] = {"n": networks, "median": float(np.median(r)), "min": float(r.min()),
+                       "max": float(r.max()), "kendall_tau": tau}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--space", default="fbnet_cifar")
-    ap.add_argument("--work", type=Path, required=True,
+    ap.add_argument("--work", type=Path,
                     help="Folder outside the checkout for the bundle, the environment and "
                          "the tables (reused: an existing bundle or environment is kept).")
     ap.add_argument("--precision", choices=["fp32", "int8"], default="fp32")
@@ -91,10 +122,19 @@ def main() -> None:
                                                  "device table); fp32 profiles one here.")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--networks", type=int, default=50)
+    ap.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
+                    help="Only compare two tables of one space (B against A) and exit.")
     args = ap.parse_args()
+    if args.compare:
+        a, b = (load_lut(p) for p in args.compare)
+        compare(a, b, args.compare[0].name, args.compare[1].name)
+        op_ratios(a, b)
+        return
 
     import onnxruntime
 
+    if args.work is None:
+        ap.error("--work is required (unless --compare)")
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     fbnas = [sys.executable, "-m", "fbnas.cli"]
@@ -133,7 +173,8 @@ def main() -> None:
         other = load_lut(against)
         print(f"\ncomparison, device table ({args.precision}) against {against}:")
         row["against"] = {"table": str(against), "fidelity": fidelity(other),
-                          **compare(other, dev, against.name, "device")}
+                          **compare(other, dev, against.name, "device"),
+                          **op_ratios(other, dev)}
     RESULTS.parent.mkdir(exist_ok=True)
     with open(RESULTS, "a") as f:
         f.write(json.dumps(row) + "\n")

@@ -216,3 +216,23 @@ def test_train_on_a_damaged_folder_is_one_line(damaged, tiny_lut_file, tmp_path)
     res = CliRunner().invoke(main, args + ["--set", "data.resolution=48",
                                            "--set", "data.skip_bad=true"])
     assert_user_error(res, "48x48", "expects 32x32", "data.resolution")
+
+
+def test_a_resumed_epoch_does_not_decode_the_batches_it_discards(folder, monkeypatch):
+    import fbnas.runs.stream as stream
+
+    index = scan_folder(folder)
+    full = batches(index, 0)
+    decoded = []
+    real = stream.open_rgb
+    monkeypatch.setattr(stream, "open_rgb", lambda p: decoded.append(p) or real(p))
+    n = len(index.train)
+    ld = StreamLoader(index.train.files, index.train.labels, torch.arange(n), 16, train=True,
+                      seed=3, drop_last=True, mean=(0.5,) * 3, std=(0.25,) * 3, size=32)
+    ld.set_epoch(1)
+    ld.skip_leading([2])
+    got = list(ld)
+    assert got[:2] == [None, None] and len(decoded) == 16 * (len(full) - 2)
+    for (xa, ya), (xb, yb) in zip(full[2:], got[2:]):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+    assert all(b is not None for b in ld)  # the skips were for one iteration only

@@ -465,7 +465,29 @@ class BatchLoader:
             order = order[self.rank::ws]
         return order
 
+    def dry_run(self, on: bool) -> None:
+        """While on, iterating yields ``(loader, iteration, batch number)`` tokens instead of
+        batches, and counts the iterations: how a trainer finds which batches of a resumed
+        epoch it will discard (see :meth:`skip_leading`)."""
+        self._dry, self._iterations, self._skips = on, 0, []
+
+    def skip_leading(self, counts: list[int]) -> None:
+        """The leading batches of each coming iteration that the caller will discard; a
+        loader whose later batches do not depend on them yields None for them instead of
+        making them (the in-memory loader's augmentation draws from one generator batch by
+        batch, so it makes them all)."""
+        self._skips = list(counts)
+
+    def _tokens(self):
+        it = self._iterations
+        self._iterations += 1
+        for k in range(len(self)):
+            yield self, it, k
+
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        if getattr(self, "_dry", False):
+            yield from self._tokens()
+            return
         order = self.epoch_indices()
         g = torch.Generator().manual_seed(_mix_seed(self.seed, self.epoch, 2, self.rank))
         src = self.images.device

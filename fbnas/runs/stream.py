@@ -141,10 +141,18 @@ class StreamLoader(BatchLoader):
         self._setup(labels, indices, batch_size, train, seed, drop_last, mean, std, device, rank,
                     world_size)
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor] | None]:
+        if getattr(self, "_dry", False):
+            yield from self._tokens()
+            return
+        skip = self._skips.pop(0) if getattr(self, "_skips", None) else 0
         order = self.epoch_indices().tolist()
         batches = [order[k * self.batch_size:(k + 1) * self.batch_size]
-                   for k in range(len(self))]
+                   for k in range(skip, len(self))]
+        # every image's view is seeded by its own index, so leaving out batches a resumed
+        # epoch discards changes none of the others: they are not decoded at all
+        for _ in range(skip):
+            yield None
         images = _Images(self.files, self.labels, self.size, self.train and self.augment,
                          self.seed, self.epoch, self.rank)
         loader = torch.utils.data.DataLoader(

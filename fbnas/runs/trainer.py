@@ -267,6 +267,24 @@ class Trainer:
             save_checkpoint(self.state(), self.paths.last)
 
     # -- one epoch ---------------------------------------------------------------------------
+    def _fast_forward(self, epoch: int) -> None:
+        """Before a resumed epoch: tell each loader how many leading batches of each of its
+        iterations the first ``position`` items of the plan use, found by running the plan
+        on batch tokens, so that a loader that can (a streamed folder) does not decode them."""
+        loaders = [v for v in vars(self).values() if isinstance(v, BatchLoader)]
+        for ld in loaders:
+            ld.dry_run(True)
+        used: dict[tuple[int, int], int] = {}
+        try:
+            for _, (_, (ld, it, k)) in zip(range(self.position), self.plan(epoch)):
+                used[id(ld), it] = max(used.get((id(ld), it), 0), k + 1)
+        finally:
+            counts = {id(ld): ld._iterations for ld in loaders}
+            for ld in loaders:
+                ld.dry_run(False)
+        for ld in loaders:
+            ld.skip_leading([used.get((id(ld), it), 0) for it in range(counts[id(ld)])])
+
     def train_epoch(self, epoch: int) -> dict[str, PhaseStats]:
         cfg, k = self.cfg, self.accumulate
         if not self.position:  # a resumed epoch goes on from the checkpoint's sums
@@ -276,9 +294,12 @@ class Trainer:
         self.model.train()
         progress = Progress(self.plan_length(epoch) - self.position, f"epoch {epoch + 1}",
                             enabled=cfg.run.progress and self.info.is_main, interval=60)
-        for item, (phase, (x, y)) in enumerate(self.plan(epoch)):
+        if self.position:
+            self._fast_forward(epoch)
+        for item, (phase, batch) in enumerate(self.plan(epoch)):
             if item < self.position:
                 continue
+            x, y = batch
             opt = self.optimizers[phase]
             if micro[phase] % k == 0:
                 self.model.zero_grad(set_to_none=True)
@@ -309,6 +330,9 @@ class Trainer:
             if self.stop_requested and all(m % k == 0 for m in micro.values()):
                 break
         progress.close()
+        for ld in vars(self).values():
+            if isinstance(ld, BatchLoader):
+                ld.skip_leading([])
         return stats
 
     def _diverged(self, epoch: int, item: int, phase: str) -> FbnasError:
