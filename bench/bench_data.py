@@ -15,6 +15,11 @@ Two modes:
    data's seconds per batch can be set against the step's (1 thread each);
 4. peak resident memory of a 1-epoch hard-mode ``fbnas train`` of the tiny space at 224 px
    on each folder size, streamed (2 workers) and decoded into memory, as separate processes.
+   Evaluation batches are the training batch's size: with the default 256, a folder whose
+   held-out part is smaller than 256 images evaluates in smaller batches, and the peak
+   would grow with the folder up to that size for a reason that is not the data's.
+
+``--parts`` picks steps 2, 3 and 4 (throughput, step, memory); the folders are always made.
 
 Examples:
     python bench/bench_data.py --data-dir ../shared/data/cifar10-subset
@@ -198,7 +203,7 @@ def train_memory(folder: Path, space: Path, lut: Path, loader: str, out: Path, b
            "--mode", "hard", "--threads", "1", "--set", "data.kind=folder",
            "--set", f"data.loader={loader}", "--set", "data.workers=2",
            "--set", "search.warmup_epochs=0", "--set", "run.progress=false",
-           "--set", f"data.batch_size={batch}"]
+           "--set", f"data.batch_size={batch}", "--set", f"data.eval_batch_size={batch}"]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     with TreeMemory(proc.pid) as mem:
@@ -219,6 +224,16 @@ def stream_mode(args) -> None:
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; folders "
           + ", ".join(f"{n} images" for n in folders) + f" of 500x375 JPEG under {work}")
     big = folders[max(folders)]
+    if "throughput" in args.parts:
+        throughput(args, big)
+    if "step" in args.parts:
+        step_times(args, work)
+    if "memory" in args.parts:
+        memory(args, work, folders)
+    print(f"load average at end {os.getloadavg()[0]:.2f}")
+
+
+def throughput(args, big: Path) -> None:
     from fbnas.runs.folders import scan_folder
 
     t0 = time.perf_counter()
@@ -236,23 +251,33 @@ def stream_mode(args) -> None:
         r = speeds[w] = loader_speed(big, args.size, args.batch, w, args.batches)
         print(f"{w:>8}{r['s_per_batch']:>10.3f}{r['images_per_s']:>10.0f}"
               f"{r['peak_main_mb']:>19.0f}{r['peak_tree_mb']:>13.0f}")
+    args.speeds = speeds
+
+
+def step_times(args, work: Path) -> None:
     space = work / "tiny224.yaml"
     space.write_text(TINY_224)
+    speeds = getattr(args, "speeds", None)
     print(f"\nhard-mode step of the fast supernet, batch {args.batch}, 1 thread:")
-    steps = {}
+    times = {}
     for name in (str(space), "fbnet_imagenet100"):
-        steps[name] = step_time(name, args.batch, args.size, args.steps)
+        times[name] = step_time(name, args.batch, args.size, args.steps)
         label = "tiny at 224" if name == str(space) else name
-        print(f"  {label:<20}{steps[name]:8.3f} s/batch")
-    w = max(speeds)
-    for name, s in steps.items():
+        print(f"  {label:<20}{times[name]:8.3f} s/batch")
+    for name, s in times.items() if speeds else ():
+        w = max(speeds)
         label = "tiny at 224" if name == str(space) else name
         data_s = speeds[w]["s_per_batch"]
         print(f"  data with {w} workers {data_s:.3f} s/batch against the {label} step "
               f"{s:.3f} s/batch: {'the step' if s > data_s else 'the data'} is the bottleneck")
+
+
+def memory(args, work: Path, folders: dict) -> None:
     from fbnas.io import write_json
     from fbnas.latency.lut import profile_space
 
+    space = work / "tiny224.yaml"
+    space.write_text(TINY_224)
     lut = work / "tiny224_lut.json"
     if not lut.exists():
         from fbnas.arch.space import load_space
@@ -272,7 +297,6 @@ def stream_mode(args) -> None:
     for loader in args.loaders:
         print(f"{loader}: the main process's peak grows by "
               f"{peaks[loader, hi] - peaks[loader, lo]:.0f} MB from {lo} to {hi} images")
-    print(f"load average at end {os.getloadavg()[0]:.2f}")
 
 
 def main() -> None:
@@ -290,6 +314,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--batches", type=int, default=10, help="stream: timed batches")
     ap.add_argument("--steps", type=int, default=3, help="stream: timed supernet steps")
+    ap.add_argument("--parts", nargs="+", default=["throughput", "step", "memory"],
+                    choices=["throughput", "step", "memory"], help="stream: what to measure")
     ap.add_argument("--loaders", nargs="+", default=["stream", "memory"],
                     choices=["stream", "memory"], help="stream: the searches' data.loader")
     args = ap.parse_args()
