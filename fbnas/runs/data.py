@@ -429,6 +429,7 @@ class BatchLoader:
         self.rank = rank
         self.world_size = world_size
         self.epoch = 0
+        self.dry_run(False)
         self._scale, self._shift = _affine(mean, std, self.device)
         if len(self) == 0:
             raise FbnasError(f"{indices.numel()} images make no batch of {batch_size} on each of "
@@ -485,7 +486,7 @@ class BatchLoader:
             yield self, it, k
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        if getattr(self, "_dry", False):
+        if self._dry:
             yield from self._tokens()
             return
         order = self.epoch_indices()

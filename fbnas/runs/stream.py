@@ -142,10 +142,10 @@ class StreamLoader(BatchLoader):
                     world_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor] | None]:
-        if getattr(self, "_dry", False):
+        if self._dry:
             yield from self._tokens()
             return
-        skip = self._skips.pop(0) if getattr(self, "_skips", None) else 0
+        skip = self._skips.pop(0) if self._skips else 0
         order = self.epoch_indices().tolist()
         batches = [order[k * self.batch_size:(k + 1) * self.batch_size]
                    for k in range(skip, len(self))]
@@ -153,6 +153,8 @@ class StreamLoader(BatchLoader):
         # epoch discards changes none of the others: they are not decoded at all
         for _ in range(skip):
             yield None
+        if not batches:
+            return
         images = _Images(self.files, self.labels, self.size, self.train and self.augment,
                          self.seed, self.epoch, self.rank)
         loader = torch.utils.data.DataLoader(
