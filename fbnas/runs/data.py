@@ -274,7 +274,7 @@ def _decode_split(index: FolderIndex, split, resolution: int, skip_bad: bool):
     return images, split.labels[torch.tensor(keep, dtype=torch.int64)]
 
 
-def channel_stats(images: torch.Tensor, chunk: int = 1024) -> tuple[tuple, tuple]:
+def channel_stats(images: torch.Tensor, chunk: int = 64) -> tuple[tuple, tuple]:
     """Per-channel mean and std (0..1 units) of uint8 N x 3 x H x W images."""
     if images.shape[0] == 0:
         raise FbnasError("cannot compute channel statistics of an empty image set")
