@@ -376,3 +376,27 @@ def test_image_folder_test_classes_must_exist_in_train(tmp_path):
     save(tmp_path / "test" / "z" / "0.png", (8, 8))
     with pytest.raises(FbnasError, match="classes not in .*train: z"):
         load_dataset(tmp_path, kind="folder", resolution=8)
+
+
+def test_class_lists_name_what_is_wrong(tmp_path):
+    from fbnas.runs.folders import read_class_list, scan_folder
+
+    for cls in ("a", "b"):
+        save(tmp_path / "imgs" / "train" / cls / "0.png", (8, 8))
+    listed = tmp_path / "list.txt"
+    listed.write_text("# two of them\nb\n\na  # the first\n")
+    assert read_class_list(listed) == ["b", "a"]
+    index = scan_folder(tmp_path / "imgs", classes=["b", "a"])  # the list's order: the ids
+    labels = dict(zip(index.train.files, index.train.labels.tolist()))
+    assert index.classes == ["b", "a"]
+    assert labels[str(tmp_path / "imgs" / "train" / "a" / "0.png")] == 1
+    with pytest.raises(FbnasError, match="no class folder zebra named in the class list"):
+        scan_folder(tmp_path / "imgs", classes=["a", "zebra"])
+    listed.write_text("a\na\n")
+    with pytest.raises(FbnasError, match="names a twice"):
+        read_class_list(listed)
+    listed.write_text("# nothing\n")
+    with pytest.raises(FbnasError, match="names no classes"):
+        read_class_list(listed)
+    with pytest.raises(FbnasError, match="cannot read class list .*missing.txt"):
+        read_class_list(tmp_path / "missing.txt")
