@@ -305,7 +305,6 @@ def _write(space: SearchSpace, folder: Path, precision: str, batch: int, network
     import torch
 
     from fbnas.arch.export import EXAMPLE_BATCH
-    from fbnas.arch.model import Network
     from fbnas.progress import Progress
 
     started = time.monotonic()
@@ -355,12 +354,11 @@ def _write(space: SearchSpace, folder: Path, precision: str, batch: int, network
     for i, (key, spec) in enumerate(specs.items()):
         entries[key] = {**spec.fields(), "input": list(spec.input().shape),
                         **save(f"entries/{i:03d}_{spec.op}.onnx", models["entry", i])}
+    shape = [batch, space.in_channels, space.resolution, space.resolution]  # every network's
     nets = {}
     for i, ops in enumerate(archs):
-        name = f"net{i}"
-        nets[name] = {"ops": list(ops), "fit": i < fit,
-                      "input": list(Network(space.definition(ops, name)).input_shape(batch)),
-                      **save(f"networks/{name}.onnx", models["network", i])}
+        nets[f"net{i}"] = {"ops": list(ops), "fit": i < fit, "input": shape,
+                           **save(f"networks/net{i}.onnx", models["network", i])}
 
     runner = runner_source()
     (folder / RUNNER_FILE).write_bytes(runner)

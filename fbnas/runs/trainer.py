@@ -118,10 +118,13 @@ class Trainer:
         """One-line warnings after an epoch: how the run is going wrong, if it is."""
         return epoch_warnings(self.history, self.classes) + self.skip_warnings()
 
+    def loaders(self) -> list[BatchLoader]:
+        """Every loader of the run (train, theta, evaluation, recalibration)."""
+        return [v for v in vars(self).values() if isinstance(v, BatchLoader)]
+
     def skip_warnings(self) -> list[str]:
         """A line when files skipped under data.skip_bad were found since the last one."""
-        loaders = [v for v in vars(self).values() if isinstance(v, BatchLoader)]
-        skipped = skipped_files(self.data, loaders)
+        skipped = skipped_files(self.data, self.loaders())
         new = skipped[self._skips_reported:]
         self._skips_reported = len(skipped)
         if not new:
@@ -271,7 +274,7 @@ class Trainer:
         """Before a resumed epoch: tell each loader how many leading batches of each of its
         iterations the first ``position`` items of the plan use, found by running the plan
         on batch tokens, so that a loader that can (a streamed folder) does not decode them."""
-        loaders = [v for v in vars(self).values() if isinstance(v, BatchLoader)]
+        loaders = self.loaders()
         for ld in loaders:
             ld.dry_run(True)
         used: dict[tuple[int, int], int] = {}
@@ -330,9 +333,8 @@ class Trainer:
             if self.stop_requested and all(m % k == 0 for m in micro.values()):
                 break
         progress.close()
-        for ld in vars(self).values():
-            if isinstance(ld, BatchLoader):
-                ld.skip_leading([])
+        for ld in self.loaders():
+            ld.skip_leading([])
         return stats
 
     def _diverged(self, epoch: int, item: int, phase: str) -> FbnasError:
