@@ -95,18 +95,38 @@ def random_matching(lut, ops_like: float, n: int, tol: float, seed: int,
 
 
 def retrain(args, space, ops: list[str], name: str, seed: int, out: Path) -> dict:
+    return retrain_many(args, space, [(ops, name, seed)], out)[0]
+
+
+def _retrain_one(args, defn: dict, name: str, seed: int, out: Path, threads: int) -> dict:
     arch_file = out / "arch" / f"{name}.json"
     arch_file.parent.mkdir(parents=True, exist_ok=True)
-    defn = space.definition(ops, name)
     arch_file.write_text(json.dumps(defn))  # a bare model definition is an architecture file
     # the seed last: --set run.seed=N varies the search, never the retrain seeds
     cfg = load_config(args.config, [f"retrain.arch={arch_file}", f"retrain.name={name}",
                                     f"retrain.epochs={args.retrain_epochs}",
-                                    f"run.threads={args.threads}", "run.progress=false",
+                                    f"run.threads={threads}", "run.progress=false",
                                     *args.set, f"run.seed={seed}"])
     run_dir = out / "retrain" / f"{name}_seed{seed}"
     result = run_retrain(cfg, run_dir, force=True, echo=log_to(out / "retrain.log"))
     return {"top1": result["test"]["top1"]}
+
+
+def retrain_many(args, space, todo: list[tuple[list[str], str, int]], out: Path) -> list[dict]:
+    """Retrain each (ops, name, seed) of ``todo``; with --jobs J > 1, J at a time in spawned
+    processes of --threads // J threads each: small networks use a second core better as a
+    second process than as a second intra-op thread. Each run is seeded alone, so the
+    results do not depend on J."""
+    work = [(space.definition(ops, name), name, seed) for ops, name, seed in todo]
+    if args.jobs <= 1 or len(work) <= 1:
+        return [_retrain_one(args, d, n, s, out, args.threads) for d, n, s in work]
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    threads = max(1, args.threads // args.jobs)
+    with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as pool:
+        futs = [pool.submit(_retrain_one, args, d, n, s, out, threads) for d, n, s in work]
+        return [f.result() for f in futs]
 
 
 def params_of(space, ops: list[str]) -> int:
@@ -141,11 +161,13 @@ def quality(args) -> None:
     rows = []
     seeds = args.seeds
     t0 = time.monotonic()
-    accs = [retrain(args, info["space"], ops, "found", s, out)["top1"] for s in seeds]
+    todo = [(ops, "found", s) for s in seeds]
+    todo += [(r, f"random{i}", seeds[0]) for i, r in enumerate(randoms)]
+    done = [r["top1"] for r in retrain_many(args, info["space"], todo, out)]
+    accs = done[:len(seeds)]
     rows.append(("found", ops, accs))
-    for i, r in enumerate(randoms):
-        rows.append((f"random{i}", r, [retrain(args, info["space"], r, f"random{i}", seeds[0],
-                                               out)["top1"]]))
+    for i, (r, acc) in enumerate(zip(randoms, done[len(seeds):])):
+        rows.append((f"random{i}", r, [acc]))
     print(f"retrained {sum(len(a) for _, _, a in rows)} networks for {args.retrain_epochs} "
           f"epochs each in {(time.monotonic() - t0) / 60:.1f} min")
     print(f"{'name':10} {'latency ms':>10} {'params':>9} {'skip':>5} {'test top-1 %':>22}")
@@ -257,9 +279,12 @@ def budget(args) -> None:
     t0 = time.monotonic()
     space = ck.space
 
-    def trained(ops, name, seeds):
-        return [retrain(args, space, ops, name, s, out)["top1"] for s in seeds]
-
+    todo = [(found, "found", s) for s in args.seeds] + [(control, "control", s)
+                                                         for s in args.seeds]
+    todo += [(r, f"random{i}", args.seeds[0]) for i, r in enumerate(randoms)]
+    done = iter(r["top1"] for r in retrain_many(args, space, todo, out))
+    found_top1 = [next(done) for _ in args.seeds]
+    control_top1 = [next(done) for _ in args.seeds]
     row = {
         "target_ms": args.target_ms, "config": args.config, "sets": args.set,
         "loss": {"target_on": cfg.loss.target_on, "target_weight": cfg.loss.target_weight},
@@ -272,12 +297,11 @@ def budget(args) -> None:
         "found": {"ops": found, "predicted_ms": round(lat / 1000, 4),
                   "measured_ms": round(measured["median"] / 1000, 4),
                   "predicted_now_ms": round(lat * speed / 1000, 4),
-                  "top1": trained(found, "found", args.seeds)},
+                  "top1": found_top1},
         "control": {"ops": control, "predicted_ms": round(lut.predict(control) / 1000, 4),
-                    "top1": trained(control, "control", args.seeds)},
+                    "top1": control_top1},
         "random": [{"ops": r, "predicted_ms": round(lut.predict(r) / 1000, 4),
-                    "top1": trained(r, f"random{i}", args.seeds[:1])}
-                   for i, r in enumerate(randoms)],
+                    "top1": [next(done)]} for r in randoms],
         "retrain_minutes": round((time.monotonic() - t0) / 60, 2),
         "date": time.strftime("%Y-%m-%d"),
     }
@@ -389,6 +413,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--seed", type=int, default=0, help="seed of the random architectures")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="quality/budget: networks retrained at once (each with threads/jobs)")
     ap.add_argument("--knob", choices=["beta", "target_ms"], default="beta")
     ap.add_argument("--values", type=float, nargs="+", default=[0.3, 0.6, 1.2])
     ap.add_argument("--search-seed", type=int, default=0, help="run.seed of the search")

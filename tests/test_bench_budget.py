@@ -47,3 +47,28 @@ def test_report_prints_every_budget_and_draws(tmp_path, capsys):
              line.startswith("| 2 ")]
     assert [line.split()[1] for line in lines] == ["0.6", "2"]  # sorted by budget
     assert "control: yes" in out and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_parallel_retrains_equal_one_at_a_time(tmp_path, monkeypatch):
+    """--jobs 2 retrains in spawned processes; each run is seeded alone, so the figures are
+    those of retraining one network after another."""
+    import argparse
+    import sys
+
+    from fbnas.arch.space import load_space
+    from tests.conftest import CIFAR_SUBSET
+
+    monkeypatch.syspath_prepend(str(REPO / "bench"))  # spawned children import it by name
+    sys.modules.pop("bench_search", None)
+    import bench_search
+
+    space = load_space("tiny")
+    todo = [([l.candidates[0] for l in space.layers], "first", 0),
+            ([l.candidates[-1] for l in space.layers], "last", 1)]
+    args = argparse.Namespace(config=None, retrain_epochs=1, threads=1, jobs=1, set=[
+        f"data.dir={CIFAR_SUBSET}", "data.limit=200", "data.batch_size=32", "run.device=cpu"])
+    one = bench_search.retrain_many(args, space, todo, tmp_path / "one")
+    args.jobs = 2
+    two = bench_search.retrain_many(args, space, todo, tmp_path / "two")
+    assert one == two and len(one) == 2
+    assert (tmp_path / "two" / "retrain" / "last_seed1").is_dir()
