@@ -16,6 +16,8 @@ so the control replays the search's theta steps without training them). Every ne
 retrained with the same budget; the found one and the control with every --seeds value. The
 found network is also timed (the table's runtime). One invocation per budget appends one
 JSON line to --results; ``report`` draws the table and the picture from that file.
+``--jobs J`` retrains J networks at a time, each in its own process with --threads / J
+threads (quality and budget modes).
 
     python bench/bench_search.py quality --out runs/bench-quality
     python bench/bench_search.py sweep --knob beta --values 0.3 0.6 1.2 --out runs/bench-sweep
