@@ -290,6 +290,7 @@ def budget(args) -> None:
     row = {
         "target_ms": args.target_ms, "config": args.config, "sets": args.set,
         "loss": {"target_on": cfg.loss.target_on, "target_weight": cfg.loss.target_weight},
+        "weights_lr": cfg.optim.weights.lr,
         "search_epochs": len(hist), "retrain_epochs": args.retrain_epochs,
         "search_minutes": round(sum(r["seconds"] for r in hist) / 60, 2),
         "supernet_val_top1": [round(r.get("val_top1", float("nan")), 2) for r in hist],
@@ -317,9 +318,11 @@ def budget(args) -> None:
 
 def recipe(row: dict) -> str:
     """The budget loss a row was searched with; rows from before the record named it used
-    the sampled network's latency with weight 0.2."""
+    the sampled network's latency with weight 0.2, and the weights' lr 0.1."""
     lo = row.get("loss", {"target_on": "sample", "target_weight": 0.2})
-    return f"LAT of {lo['target_on']}, w {lo['target_weight']:g}"
+    lr = row.get("weights_lr", 0.1)
+    return f"LAT of {lo['target_on']}, w {lo['target_weight']:g}" + (
+        f", weights lr {lr:g}" if lr != 0.1 else "")
 
 
 def verdict(row: dict) -> dict:

@@ -35,6 +35,14 @@ def test_verdict_needs_more_than_the_seed_spread():
     assert not close["beats_control"]  # 0.75 apart, seeds 1.0 apart
 
 
+def test_recipe_names_a_weights_lr_other_than_the_old_default():
+    b = bench()
+    old = row(1.0, [40.0], [37.0], [])  # rows written before the lr was recorded: 0.1
+    new = {**old, "loss": {"target_on": "argmax", "target_weight": 1.0}, "weights_lr": 0.05}
+    assert b.recipe(old) == "LAT of sample, w 0.2"
+    assert b.recipe(new) == "LAT of argmax, w 1, weights lr 0.05"
+
+
 def test_report_prints_every_budget_and_draws(tmp_path, capsys):
     results = tmp_path / "budget.jsonl"
     results.write_text("".join(json.dumps(row(t, [40.0, 41.0], [35.0, 35.5], [33.0, 38.0]))
