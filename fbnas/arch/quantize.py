@@ -18,19 +18,6 @@ import numpy as np
 
 from fbnas.errors import FbnasError
 
-#: the settings quantize_int8 uses, as recorded in every model it writes (metadata
-#: ``fbnas.quantization``) and printed by the CLI
-SETTINGS = {
-    "tool": "onnxruntime.quantization.quantize_static",
-    "format": "QDQ",
-    "weights": "int8 (QInt8), symmetric, per output channel",
-    "activations": "uint8 (QUInt8), asymmetric, per tensor",
-    "reduce_range": False,
-    "calibration": "MinMax",
-    "preprocessing": "quant_pre_process (ONNX shape inference, basic graph optimisations)",
-}
-METADATA_KEY = "fbnas.quantization"
-
 
 def _has_vnni() -> bool:
     """Whether this x86 CPU has VNNI, without which ONNX Runtime's u8 x s8 int8 sums can
@@ -44,7 +31,21 @@ def _has_vnni() -> bool:
 
 #: 7-bit weights where the CPU lacks VNNI (ONNX Runtime's advice for such CPUs)
 REDUCE_RANGE = not _has_vnni()
-SETTINGS["reduce_range"] = REDUCE_RANGE
+
+
+#: the settings quantize_int8 uses, as recorded in every model it writes (metadata
+#: ``fbnas.quantization``) and printed by the CLI
+SETTINGS = {
+    "tool": "onnxruntime.quantization.quantize_static",
+    "format": "QDQ",
+    "weights": "int8 (QInt8), symmetric, per output channel",
+    "activations": "uint8 (QUInt8), asymmetric, per tensor",
+    "reduce_range": REDUCE_RANGE,
+    "calibration": "MinMax",
+    "preprocessing": "quant_pre_process (ONNX shape inference, basic graph optimisations)",
+}
+METADATA_KEY = "fbnas.quantization"
+
 #: the ONNX ops whose appearance marks a model as quantized in the QDQ format
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 #: ONNX Runtime's default log severity (warnings and worse), restored after quantizing
