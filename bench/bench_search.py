@@ -206,13 +206,14 @@ def sweep(args) -> None:
 
 def cost_only_theta(cfg, space, lut, theta_steps: int) -> list:
     """softmax(theta) after the search's theta steps with the cross-entropy held constant:
-    the same supernet costs, Gumbel draws (mode, temperature schedule), loss form, Adam and
-    decay, and as many steps per epoch as the search took, so only the accuracy signal is
-    missing. The weights play no part when the cross-entropy is constant, so they are not
-    trained."""
+    the same supernet costs, candidate weighting (theta_step_mode, temperature schedule),
+    loss form and budget multiplier, Adam and decay, and as many steps per epoch as the
+    search took, so only the accuracy signal is missing. The weights play no part when the
+    cross-entropy is constant, so they are not trained."""
     import torch
 
-    from fbnas.search.run import build_supernet, penalised_cost, search_loss, temperature
+    from fbnas.search.run import (build_supernet, next_multiplier, penalised_cost, search_loss,
+                                  temperature, theta_step_mode, uses_multiplier)
 
     torch.manual_seed(cfg.run.seed)
     net = build_supernet(cfg, space, lut)
@@ -221,18 +222,21 @@ def cost_only_theta(cfg, space, lut, theta_steps: int) -> list:
                            weight_decay=ot.weight_decay, decoupled_weight_decay=True)
     epochs = range(cfg.warmup_epochs, cfg.search.epochs)
     per_epoch = theta_steps // max(1, len(epochs))
-    one = torch.tensor(1.0)
+    one, mode, multiplier = torch.tensor(1.0), theta_step_mode(cfg), 0.0
     for epoch in epochs:
         tau = temperature(cfg, epoch)
         for _ in range(per_epoch):
             total = torch.tensor(net.fixed_cost)
             for layer in net.layers:  # the cost part of Supernet.forward
-                w, _ = layer.weights(cfg.search.mode, tau, None)
+                w, _ = layer.weights(mode, tau, None)
                 total = total + (w * layer.cost).sum()
-            loss, _ = search_loss(cfg, one, penalised_cost(cfg, net, net.cal_a * total + net.cal_b))
+            loss, _ = search_loss(cfg, one, penalised_cost(cfg, net, net.cal_a * total + net.cal_b),
+                                  multiplier)
             opt.zero_grad()
             loss.backward()
             opt.step()
+            if uses_multiplier(cfg):
+                multiplier = next_multiplier(cfg, net, multiplier)
     return [p.double().numpy() for p in net.probabilities()]
 
 

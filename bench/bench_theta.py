@@ -5,8 +5,11 @@ the supernet as a theta step does (hard mode: every candidate, weighted by the o
 sample; soft mode: the Gumbel-softmax mixture), and prints for each layer softmax(theta) and
 the mean of -d loss / d theta split into its two parts:
 
-    loss = CE * f(LAT)    ->    d loss = f(LAT) * d CE  +  CE * d f(LAT)
-                                         (accuracy)        (latency)
+    accuracy part: d loss / d theta with the cost held constant (the cross-entropy's pull)
+    latency part:  d loss / d theta with the cross-entropy held constant (the cost's pull)
+
+For the paper's loss CE * f(LAT) these are f(LAT) * d CE and CE * d f(LAT); for a budget,
+CE + penalty(LAT), they are d CE and d penalty. The two add up to theta's gradient.
 
 A positive entry pushes that candidate's theta up. Where the accuracy part is far below the
 latency part, the layer is chosen by latency alone; the last line compares the two per kind
@@ -28,7 +31,8 @@ from fbnas.latency.lut import load_lut
 from fbnas.runs.checkpoint import load_checkpoint, resolve_checkpoint
 from fbnas.runs.data import BatchLoader, load_dataset, make_splits
 from fbnas.runs.rundir import RunPaths
-from fbnas.search.run import build_supernet, search_loss, temperature
+from fbnas.search.run import (build_supernet, penalised_cost, search_loss, temperature,
+                              theta_step_mode)
 
 
 def main() -> None:
@@ -37,6 +41,10 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=8)
     ap.add_argument("--data-dir", default=None, help="default: the run's data.dir")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--mode", choices=["run", "hard", "soft", "softmax"], default="run",
+                    help="how the theta step mixes candidates; default: the run's theta steps")
+    ap.add_argument("--per-sample", choices=["run", "yes", "no"], default="run",
+                    help="one Gumbel draw per image (yes) or per batch (no); default: the run's")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -61,22 +69,28 @@ def main() -> None:
     done = int(ck["epoch"])  # epochs finished; the last one ran at temperature(done - 1)
     tau = temperature(cfg, max(done - 1, 0))
     thetas = net.theta_parameters()
+    mode = theta_step_mode(cfg) if args.mode == "run" else args.mode
+    per_sample = s.per_sample if args.per_sample == "run" else args.per_sample == "yes"
     acc = [torch.zeros_like(t) for t in thetas]
     lat = [torch.zeros_like(t) for t in thetas]
+    acc_sq = [torch.zeros_like(t) for t in thetas]
     n = 0
     for x, y in loader:
         if n == args.batches:
             break
-        logits, cost = net(x, tau=tau, mode=s.mode, all_candidates=s.mode == "hard")
-        ce = torch.nn.functional.cross_entropy(logits, y)
-        _, factor = search_loss(cfg, ce, cost)
-        g_acc = torch.autograd.grad(ce * factor.detach(), thetas, retain_graph=True)
-        g_lat = torch.autograd.grad(ce.detach() * factor, thetas)
+        logits, cost = net(x, tau=tau, mode=mode, all_candidates=mode == "hard",
+                           per_sample=per_sample)
+        ce = torch.nn.functional.cross_entropy(logits, y, reduction="none" if cost.dim() else "mean")
+        charged = penalised_cost(cfg, net, cost)
+        g_acc = torch.autograd.grad(search_loss(cfg, ce, charged.detach())[0].mean(), thetas,
+                                    retain_graph=True)
+        g_lat = torch.autograd.grad(search_loss(cfg, ce.detach(), charged)[0].mean(), thetas)
         for i in range(len(thetas)):
             acc[i] -= g_acc[i]
             lat[i] -= g_lat[i]
+            acc_sq[i] += g_acc[i] ** 2
         n += 1
-    size = {"transition": ([], []), "residual": ([], [])}
+    size = {"transition": ([], [], []), "residual": ([], [], [])}
     print(f"{path}: after epoch {done}, tau {tau:.3f}, {n} batches; entries are "
           "-d loss / d theta x 1e5 (accuracy part / latency part)")
     for i, layer in enumerate(net.layers):
@@ -85,14 +99,18 @@ def main() -> None:
         a, b = acc[i] / n, lat[i] / n
         size[kind][0].append(float(a.abs().mean()))
         size[kind][1].append(float(b.abs().mean()))
+        # the accuracy part's batch-to-batch noise: |mean| over its standard error
+        sd = (acc_sq[i] / n - a ** 2).clamp_min(0).sqrt()
+        size[kind][2].append(float((a.abs() / (sd / n ** 0.5).clamp_min(1e-30)).mean()))
         print(f"layer {i:2d} {kind}")
         print("   " + "  ".join(f"{op}: p {float(p[j]):.2f} {1e5 * float(a[j]):+6.1f} / "
                                  f"{1e5 * float(b[j]):+6.1f}"
                                  for j, op in enumerate(layer.candidates)))
-    for kind, (a, b) in size.items():
+    for kind, (a, b, t) in size.items():
         if a:
             print(f"{kind} layers: mean |accuracy part| {1e5 * statistics.mean(a):.2f}, "
-                  f"mean |latency part| {1e5 * statistics.mean(b):.2f} (x 1e-5)")
+                  f"mean |latency part| {1e5 * statistics.mean(b):.2f} (x 1e-5); accuracy "
+                  f"part's mean over its standard error {statistics.mean(t):.2f}")
 
 
 if __name__ == "__main__":

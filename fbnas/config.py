@@ -98,6 +98,13 @@ class SearchConfig:
     # gradient reaches each candidate's theta (the cost of a soft step); "sampled" runs only
     # the sampled one (the cost of a hard step), whose gradient barely tells candidates apart
     theta_gradient: str = _choices("all", "sampled", default="all")
+    # how a theta step weights a layer's candidates: "gumbel", the Gumbel sample of
+    # search.mode (the paper); "softmax", softmax(theta) without noise (a deterministic
+    # relaxation, as DARTS's): the same cost as theta_gradient=all, a less noisy gradient
+    theta_relaxation: str = _choices("gumbel", "softmax", default="gumbel")
+    # the initial last BN scale of residual candidates under zero_init_residual (0: the
+    # identity); a small positive scale lets their convolutions train from the first step
+    residual_scale: float = 0.0
 
 
 @dataclass
@@ -116,6 +123,12 @@ class LossConfig:
     # which network's latency the penalty compares with the budget: the argmax of theta (the
     # one `fbnas sample --hard` returns) or the step's Gumbel sample (see fbnas/search/loss.py)
     target_on: str = _choices("argmax", "sample", default="argmax")
+    # how the budget is held: "absolute" charges target_weight * |LAT / T - 1| (TuNAS);
+    # "multiplier" charges lam * (LAT / T - 1), lam raised by multiplier_lr * (LAT / T - 1)
+    # after every theta step (dual ascent on LAT = T), so the push settles where it balances
+    # the cross-entropy's instead of swinging by target_weight each way
+    target_penalty: str = _choices("absolute", "multiplier", default="absolute")
+    multiplier_lr: float = 0.1
 
 
 #: the largest finite float32: rates and decays become float32 factors in the optimizers
@@ -313,6 +326,9 @@ def validate(cfg: Config) -> Config:
              "loss.form=target needs a positive loss.target_ms (e.g. --set loss.target_ms=5)")
         need(s.cost == "latency", "loss.form=target needs search.cost=latency")
     need(lo.target_weight > 0, "config key loss.target_weight must be positive")
+    need(0 < lo.multiplier_lr <= 1e6, "config key loss.multiplier_lr must be positive (and at "
+                                      "most 1e6)")
+    need(0 <= s.residual_scale <= 1, "config key search.residual_scale must be in [0, 1]")
     ow, ot = cfg.optim.weights, cfg.optim.theta
     for key, lr in (("optim.weights.lr", ow.lr), ("optim.theta.lr", ot.lr),
                     ("optim.weights.min_lr", ow.min_lr)):

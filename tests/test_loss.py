@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from fbnas.errors import FbnasError
-from fbnas.search.loss import paper_loss, target_loss
+from fbnas.search.loss import multiplier_step, paper_loss, target_loss
 
 
 def test_paper_loss_matches_hand_value():
@@ -49,7 +49,27 @@ def test_target_loss_spends_the_budget():
     assert grads[0] == pytest.approx(-0.2 / 5000.0) and grads[1] == pytest.approx(0.2 / 5000.0)
 
 
-def _search_step_grads(lut_data, sets: list[str], phase: str) -> tuple[list, list]:
+def test_multiplier_penalty_pushes_one_way_and_follows_the_budget_error():
+    """lam * (LAT/T - 1): the push on latency is lam / T on both sides of the budget (it does
+    not flip with the sign of the error, as the absolute value does), and lam rises while the
+    returned network is over the budget and falls while it is under."""
+    ce = torch.tensor(1.5)
+    grads = []
+    for v in (4000.0, 6000.0):
+        lat = torch.tensor(v, requires_grad=True)
+        loss, penalty = target_loss(ce, lat, 5000.0, multiplier=0.5)
+        loss.backward()
+        grads.append(float(lat.grad))
+        assert float(penalty.detach()) == pytest.approx(0.5 * (v / 5000.0 - 1.0))
+    assert grads == [pytest.approx(0.5 / 5000.0)] * 2
+    assert multiplier_step(0.5, 6000.0, 5000.0, lr=0.1) == pytest.approx(0.52)
+    assert multiplier_step(0.5, 4000.0, 5000.0, lr=0.1) == pytest.approx(0.48)
+    assert multiplier_step(0.5, 5000.0, 5000.0, lr=0.1) == 0.5
+    assert multiplier_step(0.0, 4000.0, 5000.0, lr=0.1) < 0  # below: latency is pushed up
+
+
+def _search_step_grads(lut_data, sets: list[str], phase: str, seed: int = 1
+                       ) -> tuple[list, list]:
     """Gradients of one search micro-batch of ``phase`` through Search.forward_loss."""
     from fbnas.arch.space import load_space
     from fbnas.config import load_config
@@ -66,7 +86,7 @@ def _search_step_grads(lut_data, sets: list[str], phase: str) -> tuple[list, lis
     for layer in search.net.layers:  # an undecided but not uniform theta
         layer.theta.data.normal_(0, 0.5)
     x, y = torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))
-    torch.manual_seed(1)  # the same Gumbel draw for every setting
+    torch.manual_seed(seed)  # the same Gumbel draw for every setting
     loss, *_ = search.forward_loss(x, y, epoch=2, phase=phase)
     loss.backward()
     grads = lambda ps: [None if p.grad is None else p.grad.clone() for p in ps]  # noqa: E731
@@ -88,6 +108,24 @@ def test_trade_off_knobs_move_theta_only(tiny_lut_data, sets_a, sets_b):
     _, ta = _search_step_grads(tiny_lut_data, sets_a, "theta")
     _, tb = _search_step_grads(tiny_lut_data, sets_b, "theta")
     assert not all(torch.allclose(a, b, rtol=1e-3, atol=0) for a, b in zip(ta, tb))
+
+
+def test_softmax_relaxation_takes_the_noise_out_of_theta_steps_only(tiny_lut_data):
+    """search.theta_relaxation=softmax: a theta step's gradient is the same whatever the
+    Gumbel draw, while the weight steps still sample a path per batch."""
+    soft = ["search.theta_relaxation=softmax", "loss.form=target", "loss.target_ms=0.05",
+            "loss.target_penalty=multiplier"]
+    _, t1 = _search_step_grads(tiny_lut_data, soft, "theta", seed=1)
+    _, t2 = _search_step_grads(tiny_lut_data, soft, "theta", seed=2)
+    assert all(torch.equal(a, b) for a, b in zip(t1, t2))
+    assert any(float(g.abs().max()) > 0 for g in t1)
+    _, g1 = _search_step_grads(tiny_lut_data, [], "theta", seed=1)
+    _, g2 = _search_step_grads(tiny_lut_data, [], "theta", seed=2)
+    assert not all(torch.equal(a, b) for a, b in zip(g1, g2))
+    w1, _ = _search_step_grads(tiny_lut_data, soft, "weights", seed=1)
+    w2, _ = _search_step_grads(tiny_lut_data, soft, "weights", seed=2)
+    assert not all((a is None and b is None) or (a is not None and b is not None and
+                                                  torch.equal(a, b)) for a, b in zip(w1, w2))
 
 
 def test_budget_penalty_takes_its_sign_from_the_argmax_network(tiny_lut_data):

@@ -32,6 +32,7 @@ def quiet(msg):
 
 def same_state(a, b):
     assert a["epoch"] == b["epoch"]
+    assert a.get("multiplier") == b.get("multiplier")
     for ta, tb in zip(a["theta"], b["theta"]):
         assert torch.equal(ta, tb)
     for k in a["model"]:
@@ -100,6 +101,37 @@ def test_ctrl_c_saves_mid_epoch_and_resume_is_exact(tmp_path, tiny_lut_file, mon
     assert len(full) == len(split) == 1
     for key in ("weights_loss", "weights_ce", "theta_loss", "theta_ce"):
         assert split[0][key] == pytest.approx(full[0][key], rel=1e-6), key
+
+
+def test_budget_multiplier_moves_with_the_error_and_resumes_exactly(tmp_path, tiny_lut_file,
+                                                                   tiny_lut_data, monkeypatch):
+    """Under loss.target_penalty=multiplier the multiplier follows the argmax network's
+    latency error after every theta step, is recorded per epoch, and a run stopped by Ctrl-C
+    after a theta step resumes to the same multiplier, theta and weights."""
+    budget = round(1.2 * _fastest_ms(tiny_lut_data), 6)
+    cfg = small_config(tiny_lut_file, **{
+        "loss.form": "target", "loss.target_ms": budget, "loss.target_penalty": "multiplier",
+        "loss.multiplier_lr": 0.5, "search.theta_relaxation": "softmax", "search.mode": "hard"})
+    full = run_search(cfg, tmp_path / "full", echo=quiet)
+    hist = full["history"]
+    assert all("multiplier" in r for r in hist) and hist[-1]["multiplier"] != 0.0
+    # the first theta step starts at multiplier 0 and moves it by lr * (argmax / T - 1)
+    assert "(multiplier " in (tmp_path / "full" / "train.log").read_text()
+
+    class InterruptingProgress(trainer_mod.Progress):
+        def update(self, n=1):
+            super().update(n)
+            if self.done == 10:  # 9 weight batches, then 2 theta batches: after a theta step
+                signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(trainer_mod, "Progress", InterruptingProgress)
+    assert run_search(cfg, tmp_path / "split", echo=quiet)["stopped"]
+    mid = load_checkpoint(tmp_path / "split/checkpoints/last.pt")
+    assert mid["position"] == 10 and mid["multiplier"] != 0.0
+    monkeypatch.undo()
+    run_search(cfg, tmp_path / "split", resume=True, echo=quiet)
+    same_state(load_checkpoint(tmp_path / "full/checkpoints/last.pt"),
+               load_checkpoint(tmp_path / "split/checkpoints/last.pt"))
 
 
 def test_non_finite_loss_stops_and_keeps_checkpoint(tmp_path, tiny_lut_file):

@@ -89,6 +89,9 @@ class Trainer:
     def extra_state(self) -> dict:
         return {}
 
+    def after_step(self, phase: str) -> None:
+        """Called after each optimizer step of ``phase`` (state that follows the steps)."""
+
     def check_resume(self, ckpt: dict) -> None:
         """Refuse a checkpoint that belongs to a different run setup (one that is unusable
         in itself, truncated or not finite, is refused before this is called)."""
@@ -323,6 +326,7 @@ class Trainer:
                 opt.step()
                 if phase == "weights":
                     self.scheduler.step()
+                self.after_step(phase)
                 self.global_step += 1
             stats[phase].add(step)
             self.position = item + 1

@@ -17,6 +17,14 @@ target: L = CE + weight * |LAT / T - 1|      (T = the latency budget; TuNAS, Ben
         above T, and at T the two pushes cancel on average, leaving the accuracy signal to
         decide where the latency goes. ``weight`` is the cross-entropy (in nats) the search
         would give up to halve a 100% overshoot.
+        With ``multiplier`` set (``loss.target_penalty: multiplier``) the penalty is
+        lam * (LAT / T - 1) instead, a Lagrangian term: lam is not a fixed weight but follows
+        the budget's error, raised after every theta step while the network theta returns is
+        over the budget and lowered while it is under (:func:`multiplier_step`, dual ascent
+        on LAT = T). The absolute value pushes by the full weight one way or the other at
+        every step, while near the budget its sign flips; lam instead settles at the push that
+        balances the cross-entropy's pull toward dearer candidates, so what the cross-entropy
+        prefers at equal latency is not drowned by a push much larger than it.
 """
 
 from __future__ import annotations
@@ -39,9 +47,18 @@ def paper_loss(ce: torch.Tensor, cost: torch.Tensor, alpha: float = 0.2,
 
 
 def target_loss(ce: torch.Tensor, cost_us: torch.Tensor, target_us: float,
-                weight: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Return (loss, penalty weight * |cost / target - 1|)."""
+                weight: float = 1.0, multiplier: float | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (loss, penalty): weight * |cost / target - 1|, or with ``multiplier``
+    multiplier * (cost / target - 1)."""
     if target_us <= 0:
         raise FbnasError("the target latency must be positive")
-    penalty = weight * (cost_us / target_us - 1.0).abs()
+    error = cost_us / target_us - 1.0
+    penalty = weight * error.abs() if multiplier is None else multiplier * error
     return ce + penalty, penalty
+
+
+def multiplier_step(multiplier: float, cost_us: float, target_us: float, lr: float) -> float:
+    """The Lagrange multiplier after one step of dual ascent: up while ``cost_us`` (the
+    network the search returns) is over the target, down while it is under."""
+    return multiplier + lr * (cost_us / target_us - 1.0)

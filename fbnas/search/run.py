@@ -34,7 +34,7 @@ from fbnas.runs.rundir import copy_table, resume_config
 from fbnas.runs.stats import StepFigures
 from fbnas.runs.trainer import Batch, Trainer
 from fbnas.search.health import search_warnings, skip_count
-from fbnas.search.loss import paper_loss, target_loss
+from fbnas.search.loss import multiplier_step, paper_loss, target_loss
 from fbnas.search.pictures import progress_chart, theta_heatmap, write_png
 from fbnas.search.supernet import Supernet, recalibrated_bn
 
@@ -50,16 +50,36 @@ def build_supernet(cfg: Config, space, lut) -> Supernet:
     """The supernet ``cfg``'s search keys describe (also used to reload a run's weights)."""
     s = cfg.search
     return Supernet(space, lut, s.cost, impl=s.supernet, zero_init_residual=s.zero_init_residual,
-                    soft_transitions=s.soft_transitions, shared_weights=s.shared_weights)
+                    soft_transitions=s.soft_transitions, shared_weights=s.shared_weights,
+                    residual_scale=s.residual_scale)
 
 
-def search_loss(cfg: Config, ce: torch.Tensor, cost: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, cost factor) of the config's loss form."""
+def theta_step_mode(cfg: Config) -> str:
+    """The supernet mode a theta step runs in (``search.theta_relaxation``)."""
+    return "softmax" if cfg.search.theta_relaxation == "softmax" else cfg.search.mode
+
+
+def uses_multiplier(cfg: Config) -> bool:
+    return cfg.loss.form == "target" and cfg.loss.target_penalty == "multiplier"
+
+
+def search_loss(cfg: Config, ce: torch.Tensor, cost: torch.Tensor,
+                multiplier: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, cost factor or penalty) of the config's loss form; ``multiplier`` is the
+    budget's Lagrange multiplier under ``loss.target_penalty: multiplier``."""
     lo = cfg.loss
     if lo.form == "target":
-        return target_loss(ce, cost, lo.target_ms * 1000.0, lo.target_weight)
+        return target_loss(ce, cost, lo.target_ms * 1000.0, lo.target_weight,
+                           multiplier if uses_multiplier(cfg) else None)
     return paper_loss(ce, cost, lo.alpha, lo.beta)
+
+
+def next_multiplier(cfg: Config, net, multiplier: float) -> float:
+    """The multiplier after a theta step: dual ascent on the argmax network's latency, the
+    network whose latency the penalty charges (and, under ``target_on: sample``, still the
+    one the search is steered by)."""
+    return multiplier_step(multiplier, net.cost_of(net.argmax_ops()),
+                           cfg.loss.target_ms * 1000.0, cfg.loss.multiplier_lr)
 
 
 def penalised_cost(cfg: Config, net, cost: torch.Tensor) -> torch.Tensor:
@@ -94,6 +114,8 @@ class Search(Trainer):
     phases = ("weights", "theta")
     lr_keys = ("optim.weights.lr", "optim.theta.lr")
     val_label = "supernet val top1"
+    #: the budget's Lagrange multiplier (loss.target_penalty: multiplier); set in setup
+    multiplier = 0.0
 
     def setup(self, ckpt: dict | None) -> None:
         cfg = self.cfg
@@ -114,6 +136,8 @@ class Search(Trainer):
         self.budget_us = lo.target_ms * 1000.0 if lo.form == "target" else None
         if self.budget_us is not None:
             self._check_budget()
+        # the budget's Lagrange multiplier (loss.target_penalty: multiplier), resumed exactly
+        self.multiplier = float((ckpt or {}).get("multiplier", 0.0))
 
     def _check_budget(self) -> None:
         """Refuse a budget no network of the space meets; warn of one it cannot spend."""
@@ -237,8 +261,12 @@ class Search(Trainer):
     def extra_state(self) -> dict:
         return {"space": self.space.raw, "space_hash": self.space.hash,
                 "lut_path": str(self.cfg.lut), "lut_hash": self.lut_hash,
-                "theta": self.net.theta_state(),
+                "theta": self.net.theta_state(), "multiplier": self.multiplier,
                 "candidates": [list(l.candidates) for l in self.net.layers]}
+
+    def after_step(self, phase: str) -> None:
+        if phase == "theta" and uses_multiplier(self.cfg):
+            self.multiplier = next_multiplier(self.cfg, self.net, self.multiplier)
 
     # -- one epoch ---------------------------------------------------------------------------
     def plan(self, epoch: int) -> Iterator[tuple[str, Batch]]:
@@ -283,12 +311,14 @@ class Search(Trainer):
 
     def forward_loss(self, x: torch.Tensor, y: torch.Tensor, epoch: int, phase: str):
         s = self.cfg.search
-        every = s.mode == "hard" and phase == "theta" and s.theta_gradient == "all"
+        mode = theta_step_mode(self.cfg) if phase == "theta" else s.mode
+        every = mode == "hard" and phase == "theta" and s.theta_gradient == "all"
         self._weights_need_grad(phase == "weights")
-        logits, cost = self.model(x, tau=temperature(self.cfg, epoch), mode=s.mode,
+        logits, cost = self.model(x, tau=temperature(self.cfg, epoch), mode=mode,
                                   per_sample=s.per_sample, all_candidates=every)
         ce = F.cross_entropy(logits, y, reduction="none" if cost.dim() else "mean")
-        loss, factor = search_loss(self.cfg, ce, penalised_cost(self.cfg, self.net, cost))
+        loss, factor = search_loss(self.cfg, ce, penalised_cost(self.cfg, self.net, cost),
+                                   self.multiplier)
         if phase == "weights":
             # the cost term trains theta only: as a factor of the weights' loss it would scale
             # their learning rate with every knob of the trade-off (see fbnas/search/loss.py)
@@ -319,12 +349,14 @@ class Search(Trainer):
                 f"{len(self.splits['val'])} images, {self.info.world_size} process(es) on "
                 f"{self.device}, batch {cfg.data.batch_size} per process, supernet "
                 f"{cfg.search.supernet}, " + (
-                    f"latency budget {self.budget_us / 1000:g} ms" if self.budget_us is not None
+                    f"latency budget {self.budget_us / 1000:g} ms ({cfg.loss.target_penalty} "
+                    "penalty)" if self.budget_us is not None
                     else f"loss CE * {cfg.loss.alpha:g} * (log LAT)^{cfg.loss.beta:g}"))
 
     def epoch_extras(self, epoch: int) -> dict:
         ops = self.net.argmax_ops()
-        return {"temperature": temperature(self.cfg, epoch),
+        extras = {"multiplier": self.multiplier} if uses_multiplier(self.cfg) else {}
+        return {**extras, "temperature": temperature(self.cfg, epoch),
                 "cost_argmax": self.net.cost_of(ops),
                 "cost_expected": self.net.expected_cost(),
                 "argmax_skips": skip_count(ops), "layers": len(ops)}
@@ -358,6 +390,8 @@ class Search(Trainer):
                  f"{r['layers']} skip)")
         if "budget_ms" in r:
             found += f" under {r['budget_ms']:.3f} ms"
+        if "multiplier" in r:
+            found += f" (multiplier {r['multiplier']:+.3f})"
         if "found_val_top1" in r:
             found += f" val top1 {r['found_val_top1']:.2f}%"
         return [f"tau {r['temperature']:.3f}", found,
