@@ -293,7 +293,10 @@ def budget(args) -> None:
     control_top1 = [next(done) for _ in args.seeds]
     row = {
         "target_ms": args.target_ms, "config": args.config, "sets": args.set,
-        "loss": {"target_on": cfg.loss.target_on, "target_weight": cfg.loss.target_weight},
+        "loss": {"target_on": cfg.loss.target_on, "target_weight": cfg.loss.target_weight,
+                 "target_penalty": cfg.loss.target_penalty,
+                 "multiplier_lr": cfg.loss.multiplier_lr},
+        "theta_relaxation": cfg.search.theta_relaxation,
         "weights_lr": cfg.optim.weights.lr,
         "search_epochs": len(hist), "retrain_epochs": args.retrain_epochs,
         "search_minutes": round(sum(r["seconds"] for r in hist) / 60, 2),
@@ -321,12 +324,18 @@ def budget(args) -> None:
 
 
 def recipe(row: dict) -> str:
-    """The budget loss a row was searched with; rows from before the record named it used
-    the sampled network's latency with weight 0.2, and the weights' lr 0.1."""
+    """The budget loss a row was searched with. Rows from before the record named a part
+    used what was the default then: the sampled network's latency with weight 0.2, the
+    absolute penalty, Gumbel theta steps, and the weights' lr 0.1."""
     lo = row.get("loss", {"target_on": "sample", "target_weight": 0.2})
     lr = row.get("weights_lr", 0.1)
-    return f"LAT of {lo['target_on']}, w {lo['target_weight']:g}" + (
-        f", weights lr {lr:g}" if lr != 0.1 else "")
+    if lo.get("target_penalty", "absolute") == "multiplier":
+        text = f"LAT of {lo['target_on']}, multiplier lr {lo['multiplier_lr']:g}"
+    else:
+        text = f"LAT of {lo['target_on']}, w {lo['target_weight']:g}"
+    if row.get("theta_relaxation", "gumbel") != "gumbel":
+        text += f", theta steps {row['theta_relaxation']}"
+    return text + (f", weights lr {lr:g}" if lr != 0.1 else "")
 
 
 def verdict(row: dict) -> dict:

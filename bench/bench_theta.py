@@ -69,6 +69,7 @@ def main() -> None:
     done = int(ck["epoch"])  # epochs finished; the last one ran at temperature(done - 1)
     tau = temperature(cfg, max(done - 1, 0))
     thetas = net.theta_parameters()
+    lam = float(ck.get("multiplier", 0.0))  # the budget multiplier the run ended with
     mode = theta_step_mode(cfg) if args.mode == "run" else args.mode
     per_sample = s.per_sample if args.per_sample == "run" else args.per_sample == "yes"
     acc = [torch.zeros_like(t) for t in thetas]
@@ -82,9 +83,9 @@ def main() -> None:
                            per_sample=per_sample)
         ce = torch.nn.functional.cross_entropy(logits, y, reduction="none" if cost.dim() else "mean")
         charged = penalised_cost(cfg, net, cost)
-        g_acc = torch.autograd.grad(search_loss(cfg, ce, charged.detach())[0].mean(), thetas,
+        g_acc = torch.autograd.grad(search_loss(cfg, ce, charged.detach(), lam)[0].mean(), thetas,
                                     retain_graph=True)
-        g_lat = torch.autograd.grad(search_loss(cfg, ce.detach(), charged)[0].mean(), thetas)
+        g_lat = torch.autograd.grad(search_loss(cfg, ce.detach(), charged, lam)[0].mean(), thetas)
         for i in range(len(thetas)):
             acc[i] -= g_acc[i]
             lat[i] -= g_lat[i]

@@ -168,6 +168,8 @@ class RetrainConfig:
     label_smoothing: float = 0.1
     dropout: float = 0.0  # before the classifier
     decay_norm_and_bias: bool = False  # weight decay on BN parameters and biases too
+    # residual blocks start as the identity (last BN scale zero), as the supernet's do
+    zero_init_residual: bool = True
 
 
 @dataclass
@@ -374,8 +376,9 @@ _RETIRED = {"loss": ("target_exponent",)}
 _RENAMED = {("search", "cost"): {"flops": "macs"}}
 
 # keys added since a run could have been saved, with the value that reproduces what that run
-# did: a run saved before loss.target_on existed penalised its Gumbel samples' latency
-_ADDED = {("loss", "target_on"): "sample"}
+# did: a run saved before loss.target_on existed penalised its Gumbel samples' latency, and
+# a retrain saved before retrain.zero_init_residual existed started its blocks at unit scale
+_ADDED = {("loss", "target_on"): "sample", ("retrain", "zero_init_residual"): False}
 
 
 def from_saved(values: dict) -> Config:

@@ -421,3 +421,30 @@ def test_every_command_help_has_an_example():
     for cmd in ("sample", "latency", "summary", "export"):
         res = cli(cmd, "--help")
         assert res.exit_code == 0 and "Example" in res.output, cmd
+
+
+def test_zero_init_residual_starts_every_residual_block_as_the_identity(space):
+    """Network.zero_init_residual (retrain.zero_init_residual, on by default): residual
+    blocks pass their input through unchanged at the start; blocks that change the shape
+    keep their initialisation."""
+    net = Network(space.definition([l.candidates[0] for l in space.layers], "first"))
+    net.zero_init_residual()
+    net.eval()
+    x = net.stem(torch.randn(2, *net.input_shape()[1:]))
+    residual = 0
+    for block in net.blocks:
+        y = block(x)
+        if getattr(block, "residual", False):
+            residual += 1
+            assert torch.equal(y, x)
+        x = y
+    assert residual > 0
+
+
+def test_retrains_saved_before_zero_init_resume_as_they_ran():
+    from fbnas.config import from_saved, load_config
+
+    assert load_config(None, []).retrain.zero_init_residual
+    saved = load_config(None, []).to_dict()
+    del saved["retrain"]["zero_init_residual"]
+    assert from_saved(saved).retrain.zero_init_residual is False

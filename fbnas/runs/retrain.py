@@ -53,7 +53,10 @@ class Retrain(Trainer):
         self.train_loader = self.train_batches(data, indices, self.cfg.run.seed, **common)
 
     def build_model(self) -> Network:
-        return Network(self.definition, dropout=self.cfg.retrain.dropout)
+        net = Network(self.definition, dropout=self.cfg.retrain.dropout)
+        if self.cfg.retrain.zero_init_residual:
+            net.zero_init_residual()
+        return net
 
     def build_optimizers(self) -> dict:
         ow = self.cfg.optim.weights
