@@ -24,6 +24,7 @@ import argparse
 import statistics
 
 import torch
+import torch.nn.functional as F
 
 from fbnas.arch.space import SearchSpace
 from fbnas.config import from_saved
@@ -81,11 +82,14 @@ def main() -> None:
             break
         logits, cost = net(x, tau=tau, mode=mode, all_candidates=mode == "hard",
                            per_sample=per_sample)
-        ce = torch.nn.functional.cross_entropy(logits, y, reduction="none" if cost.dim() else "mean")
+        ce = F.cross_entropy(logits, y, reduction="none" if cost.dim() else "mean")
         charged = penalised_cost(cfg, net, cost)
-        g_acc = torch.autograd.grad(search_loss(cfg, ce, charged.detach(), lam)[0].mean(), thetas,
-                                    retain_graph=True)
-        g_lat = torch.autograd.grad(search_loss(cfg, ce.detach(), charged, lam)[0].mean(), thetas)
+
+        def loss(ce, cost):
+            return search_loss(cfg, ce, cost, lam)[0].mean()
+
+        g_acc = torch.autograd.grad(loss(ce, charged.detach()), thetas, retain_graph=True)
+        g_lat = torch.autograd.grad(loss(ce.detach(), charged), thetas)
         for i in range(len(thetas)):
             acc[i] -= g_acc[i]
             lat[i] -= g_lat[i]
