@@ -98,10 +98,11 @@ class SearchConfig:
     # gradient reaches each candidate's theta (the cost of a soft step); "sampled" runs only
     # the sampled one (the cost of a hard step), whose gradient barely tells candidates apart
     theta_gradient: str = _choices("all", "sampled", default="all")
-    # how a theta step weights a layer's candidates: "gumbel", the Gumbel sample of
-    # search.mode (the paper); "softmax", softmax(theta) without noise (a deterministic
-    # relaxation, as DARTS's): the same cost as theta_gradient=all, a less noisy gradient
-    theta_relaxation: str = _choices("gumbel", "softmax", default="gumbel")
+    # how a theta step weights a layer's candidates: "softmax", softmax(theta) without noise
+    # (a deterministic relaxation, as DARTS's), at the cost of theta_gradient=all; "gumbel",
+    # the Gumbel sample of search.mode (the paper), whose accuracy signal was pure noise
+    # within an epoch on the CIFAR-10 subset (docs/search.md, Supernet)
+    theta_relaxation: str = _choices("gumbel", "softmax", default="softmax")
     # the initial last BN scale of residual candidates under zero_init_residual (0: the
     # identity); a small positive scale lets their convolutions train from the first step
     residual_scale: float = 0.0
@@ -377,8 +378,10 @@ _RENAMED = {("search", "cost"): {"flops": "macs"}}
 
 # keys added since a run could have been saved, with the value that reproduces what that run
 # did: a run saved before loss.target_on existed penalised its Gumbel samples' latency, and
-# a retrain saved before retrain.zero_init_residual existed started its blocks at unit scale
-_ADDED = {("loss", "target_on"): "sample", ("retrain", "zero_init_residual"): False}
+# a retrain saved before retrain.zero_init_residual existed started its blocks at unit scale,
+# and a search saved before search.theta_relaxation existed drew Gumbel samples in theta steps
+_ADDED = {("loss", "target_on"): "sample", ("retrain", "zero_init_residual"): False,
+          ("search", "theta_relaxation"): "gumbel"}
 
 
 def from_saved(values: dict) -> Config:

@@ -111,16 +111,17 @@ def test_trade_off_knobs_move_theta_only(tiny_lut_data, sets_a, sets_b):
 
 
 def test_softmax_relaxation_takes_the_noise_out_of_theta_steps_only(tiny_lut_data):
-    """search.theta_relaxation=softmax: a theta step's gradient is the same whatever the
-    Gumbel draw, while the weight steps still sample a path per batch."""
+    """search.theta_relaxation=softmax (the default): a theta step's gradient is the same
+    whatever the Gumbel draw, while the weight steps still sample a path per batch."""
     soft = ["search.theta_relaxation=softmax", "loss.form=target", "loss.target_ms=0.05",
             "loss.target_penalty=multiplier"]
     _, t1 = _search_step_grads(tiny_lut_data, soft, "theta", seed=1)
     _, t2 = _search_step_grads(tiny_lut_data, soft, "theta", seed=2)
     assert all(torch.equal(a, b) for a, b in zip(t1, t2))
     assert any(float(g.abs().max()) > 0 for g in t1)
-    _, g1 = _search_step_grads(tiny_lut_data, [], "theta", seed=1)
-    _, g2 = _search_step_grads(tiny_lut_data, [], "theta", seed=2)
+    gumbel = ["search.theta_relaxation=gumbel"]
+    _, g1 = _search_step_grads(tiny_lut_data, gumbel, "theta", seed=1)
+    _, g2 = _search_step_grads(tiny_lut_data, gumbel, "theta", seed=2)
     assert not all(torch.equal(a, b) for a, b in zip(g1, g2))
     w1, _ = _search_step_grads(tiny_lut_data, soft, "weights", seed=1)
     w2, _ = _search_step_grads(tiny_lut_data, soft, "weights", seed=2)
@@ -175,3 +176,12 @@ def test_runs_saved_before_target_on_resume_as_they_ran():
     saved = load_config(None, ["loss.form=target", "loss.target_ms=1"]).to_dict()
     del saved["loss"]["target_on"]
     assert from_saved(saved).loss.target_on == "sample"
+
+
+def test_searches_saved_before_theta_relaxation_resume_with_gumbel_theta_steps():
+    from fbnas.config import from_saved, load_config
+
+    assert load_config(None, []).search.theta_relaxation == "softmax"
+    saved = load_config(None, []).to_dict()
+    del saved["search"]["theta_relaxation"]
+    assert from_saved(saved).search.theta_relaxation == "gumbel"
