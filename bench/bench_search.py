@@ -297,6 +297,7 @@ def budget(args) -> None:
                  "target_penalty": cfg.loss.target_penalty,
                  "multiplier_lr": cfg.loss.multiplier_lr},
         "theta_relaxation": cfg.search.theta_relaxation,
+        "retrain_zero_init": cfg.retrain.zero_init_residual,
         "weights_lr": cfg.optim.weights.lr,
         "search_epochs": len(hist), "retrain_epochs": args.retrain_epochs,
         "search_minutes": round(sum(r["seconds"] for r in hist) / 60, 2),
@@ -326,7 +327,8 @@ def budget(args) -> None:
 def recipe(row: dict) -> str:
     """The budget loss a row was searched with. Rows from before the record named a part
     used what was the default then: the sampled network's latency with weight 0.2, the
-    absolute penalty, Gumbel theta steps, and the weights' lr 0.1."""
+    absolute penalty, Gumbel theta steps, the weights' lr 0.1, and retrained networks whose
+    residual blocks started at unit scale."""
     lo = row.get("loss", {"target_on": "sample", "target_weight": 0.2})
     lr = row.get("weights_lr", 0.1)
     if lo.get("target_penalty", "absolute") == "multiplier":
@@ -335,6 +337,8 @@ def recipe(row: dict) -> str:
         text = f"LAT of {lo['target_on']}, w {lo['target_weight']:g}"
     if row.get("theta_relaxation", "gumbel") != "gumbel":
         text += f", theta steps {row['theta_relaxation']}"
+    if not row.get("retrain_zero_init", False):
+        text += ", unit-init retrains"
     return text + (f", weights lr {lr:g}" if lr != 0.1 else "")
 
 

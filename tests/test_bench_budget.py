@@ -39,11 +39,11 @@ def test_recipe_names_what_differs_from_the_old_defaults():
     b = bench()
     old = row(1.0, [40.0], [37.0], [])  # rows written before the lr was recorded: 0.1
     new = {**old, "loss": {"target_on": "argmax", "target_weight": 1.0}, "weights_lr": 0.05}
-    assert b.recipe(old) == "LAT of sample, w 0.2"
-    assert b.recipe(new) == "LAT of argmax, w 1, weights lr 0.05"
+    assert b.recipe(old) == "LAT of sample, w 0.2, unit-init retrains"
+    assert b.recipe(new) == "LAT of argmax, w 1, unit-init retrains, weights lr 0.05"
     newer = {**new, "loss": {"target_on": "argmax", "target_weight": 1.0,
                              "target_penalty": "multiplier", "multiplier_lr": 0.2},
-             "theta_relaxation": "softmax"}
+             "theta_relaxation": "softmax", "retrain_zero_init": True}
     assert b.recipe(newer) == ("LAT of argmax, multiplier lr 0.2, theta steps softmax, "
                                "weights lr 0.05")
 
