@@ -42,8 +42,6 @@ def main() -> None:
     ap.add_argument("--restrict", default="", help="comma-separated ops every layer may draw")
     ap.add_argument("--pin", default="", help="comma-separated layers pinned to k3_e3")
     ap.add_argument("--shared", action="store_true", help="search.shared_weights: true")
-    ap.add_argument("--residual-scale", type=float, default=0.0,
-                    help="search.residual_scale: the residual candidates' initial last BN scale")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -51,7 +49,7 @@ def main() -> None:
     net = Supernet(space, load_lut(args.lut, space), impl="fast",
                    zero_init_residual=not args.plain,
                    soft_transitions=not (args.plain or args.no_soft_transitions),
-                   shared_weights=args.shared, residual_scale=args.residual_scale)
+                   shared_weights=args.shared)
     keep = set(args.restrict.split(",")) if args.restrict else None
     pinned = {int(v) for v in args.pin.split(",") if v}
     with torch.no_grad():  # theta is never trained here: -100 masks a candidate out

@@ -103,9 +103,6 @@ class SearchConfig:
     # the Gumbel sample of search.mode (the paper), whose accuracy signal was pure noise
     # within an epoch on the CIFAR-10 subset (docs/search.md, Supernet)
     theta_relaxation: str = _choices("gumbel", "softmax", default="softmax")
-    # the initial last BN scale of residual candidates under zero_init_residual (0: the
-    # identity); a small positive scale lets their convolutions train from the first step
-    residual_scale: float = 0.0
 
 
 @dataclass
@@ -331,7 +328,6 @@ def validate(cfg: Config) -> Config:
     need(lo.target_weight > 0, "config key loss.target_weight must be positive")
     need(0 < lo.multiplier_lr <= 1e6, "config key loss.multiplier_lr must be positive (and at "
                                       "most 1e6)")
-    need(0 <= s.residual_scale <= 1, "config key search.residual_scale must be in [0, 1]")
     ow, ot = cfg.optim.weights, cfg.optim.theta
     for key, lr in (("optim.weights.lr", ow.lr), ("optim.theta.lr", ot.lr),
                     ("optim.weights.min_lr", ow.min_lr)):

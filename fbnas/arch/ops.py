@@ -203,10 +203,10 @@ class InvertedResidual(nn.Module):
         self.body = nn.Sequential(*layers)
         self.residual = stride == 1 and c_in == c_out
 
-    def zero_init_residual(self, scale: float = 0.0) -> None:
+    def zero_init_residual(self) -> None:
         """Zero the last BN scale, so a residual block starts as the identity."""
         if self.residual:
-            nn.init.constant_(self.body[-1][1].weight, scale)
+            nn.init.zeros_(self.body[-1][1].weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.body(x)

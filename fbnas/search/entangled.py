@@ -76,10 +76,10 @@ class EntangledBlock(nn.Module):
         self.shuffle = ChannelShuffle(self.groups) if self.groups > 1 else None
         self.residual = stride == 1 and c_in == c_out
 
-    def zero_init_residual(self, scale: float = 0.0) -> None:
+    def zero_init_residual(self) -> None:
         """Zero the shared last BN scale, so every residual candidate starts as the identity."""
         if self.residual:
-            nn.init.constant_(self.shared.gamma[2], scale)
+            nn.init.zeros_(self.shared.gamma[2])
 
     def _bn(self, y: torch.Tensor, i: int) -> torch.Tensor:
         stats, n = self.stats[i], y.shape[1]

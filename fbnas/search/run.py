@@ -50,8 +50,7 @@ def build_supernet(cfg: Config, space, lut) -> Supernet:
     """The supernet ``cfg``'s search keys describe (also used to reload a run's weights)."""
     s = cfg.search
     return Supernet(space, lut, s.cost, impl=s.supernet, zero_init_residual=s.zero_init_residual,
-                    soft_transitions=s.soft_transitions, shared_weights=s.shared_weights,
-                    residual_scale=s.residual_scale)
+                    soft_transitions=s.soft_transitions, shared_weights=s.shared_weights)
 
 
 def theta_step_mode(cfg: Config) -> str:

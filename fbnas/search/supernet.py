@@ -61,8 +61,7 @@ class MixedOp(nn.Module):
     """All candidates of one searchable layer, their theta and their costs."""
 
     def __init__(self, layer: Layer, costs: list[float], zero_init_residual: bool = False,
-                 soft_transition: bool = False, shared_weights: bool = False,
-                 residual_scale: float = 0.0):
+                 soft_transition: bool = False, shared_weights: bool = False):
         super().__init__()
         self.candidates = tuple(layer.candidates)
         if shared_weights:  # the blocks slice self.shared (see fbnas.search.entangled)
@@ -79,7 +78,7 @@ class MixedOp(nn.Module):
             for op in self.ops:
                 init = getattr(op, "zero_init_residual", None)
                 if init is not None:
-                    init(residual_scale)
+                    init()
         self.theta = nn.Parameter(torch.zeros(len(self.candidates)))
         self.register_buffer("cost", torch.tensor(costs, dtype=torch.float32), persistent=False)
 
@@ -141,7 +140,7 @@ class Supernet(nn.Module):
 
     def __init__(self, space: SearchSpace, lut: LUT, cost: str = "latency", impl: str = "loop",
                  zero_init_residual: bool = True, soft_transitions: bool = True,
-                 shared_weights: bool = False, residual_scale: float = 0.0):
+                 shared_weights: bool = False):
         super().__init__()
         if impl not in IMPLEMENTATIONS:
             raise ValueError(f"unknown supernet implementation {impl!r}")
@@ -157,8 +156,7 @@ class Supernet(nn.Module):
         for layer, row in zip(space.layers, lut.data["layers"]):
             costs = [lut.cost(row["candidates"][op], cost) for op in layer.candidates]
             layers.append(mixed(layer, costs, zero_init_residual=zero_init_residual,
-                                soft_transition=soft_transitions, shared_weights=shared_weights,
-                                residual_scale=residual_scale))
+                                soft_transition=soft_transitions, shared_weights=shared_weights))
         self.layers = nn.ModuleList(layers)
         self.head = Head(space.final_channels, space.head_channels, space.num_classes)
         self.fixed_cost = lut.fixed_cost(cost)
