@@ -110,7 +110,10 @@ def _retrain_one(args, defn: dict, name: str, seed: int, out: Path, threads: int
                                     f"run.threads={threads}", "run.progress=false",
                                     *args.set, f"run.seed={seed}"])
     run_dir = out / "retrain" / f"{name}_seed{seed}"
-    result = run_retrain(cfg, run_dir, force=True, echo=log_to(out / "retrain.log"))
+    # --resume: an interrupted row continues its retrains exactly; a finished one is only tested
+    resume = args.resume and (run_dir / "checkpoints" / "last.pt").is_file()
+    result = run_retrain(cfg, run_dir, resume=resume, force=not resume,
+                         echo=log_to(out / "retrain.log"))
     return {"top1": result["test"]["top1"]}
 
 
@@ -145,7 +148,8 @@ def fmt_ops(ops: list[str]) -> str:
 def quality(args) -> None:
     out = Path(args.out)
     if args.reuse_search and (out / "search" / "checkpoints" / "last.pt").is_file():
-        shutil.rmtree(out / "retrain", ignore_errors=True)
+        if not args.resume:
+            shutil.rmtree(out / "retrain", ignore_errors=True)
         ops, info = reused_search(args, out / "search")
     else:
         shutil.rmtree(out, ignore_errors=True)
@@ -258,7 +262,8 @@ def budget(args) -> None:
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
         search(args, out / "search", sets)
-    shutil.rmtree(out / "retrain", ignore_errors=True)
+    elif not args.resume:
+        shutil.rmtree(out / "retrain", ignore_errors=True)
     ck = load_search_checkpoint(out / "search")
     raw = load_checkpoint(out / "search")
     hist = raw["history"]
@@ -448,8 +453,13 @@ def main() -> None:
                     help="budget: timing rounds of the found network")
     ap.add_argument("--set", action="append", default=[], help="extra config key=value")
     ap.add_argument("--reuse-search", action="store_true",
-                    help="quality: take the architecture of the finished search in OUT/search")
+                    help="quality/budget: take the architecture of the finished search in OUT/search")
+    ap.add_argument("--resume", action="store_true",
+                    help="quality/budget with --reuse-search: continue the retrains an "
+                         "interrupted run of the same command left in OUT/retrain")
     args = ap.parse_args()
+    if args.resume and not args.reuse_search:
+        ap.error("--resume continues an interrupted row: give --reuse-search too")
     if args.mode in ("quality", "sweep"):
         args.out = args.out or f"runs/bench-{args.mode}"
     {"quality": quality, "sweep": sweep, "budget": budget, "report": report}[args.mode](args)

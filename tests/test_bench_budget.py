@@ -78,10 +78,39 @@ def test_parallel_retrains_equal_one_at_a_time(tmp_path, monkeypatch):
     space = load_space("tiny")
     todo = [([l.candidates[0] for l in space.layers], "first", 0),
             ([l.candidates[-1] for l in space.layers], "last", 1)]
-    args = argparse.Namespace(config=None, retrain_epochs=1, threads=1, jobs=1, set=[
+    args = argparse.Namespace(config=None, retrain_epochs=1, threads=1, jobs=1, resume=False, set=[
         f"data.dir={CIFAR_SUBSET}", "data.limit=200", "data.batch_size=32", "run.device=cpu"])
     one = bench_search.retrain_many(args, space, todo, tmp_path / "one")
     args.jobs = 2
     two = bench_search.retrain_many(args, space, todo, tmp_path / "two")
     assert one == two and len(one) == 2
     assert (tmp_path / "two" / "retrain" / "last_seed1").is_dir()
+
+
+def test_resumed_retrains_equal_uninterrupted_ones(tmp_path, monkeypatch):
+    """--resume continues a row's retrains where an interruption left them, with the figures
+    of a run that was never stopped; a finished retrain is only tested again."""
+    import argparse
+
+    from fbnas.arch.space import load_space
+    from tests.conftest import CIFAR_SUBSET
+
+    b = bench()
+    space = load_space("tiny")
+    todo = [([l.candidates[0] for l in space.layers], "first", 0)]
+    args = argparse.Namespace(config=None, retrain_epochs=2, threads=1, jobs=1, resume=False,
+                              set=[f"data.dir={CIFAR_SUBSET}", "data.limit=200",
+                                   "data.batch_size=32", "run.device=cpu"])
+    straight = b.retrain_many(args, space, todo, tmp_path / "straight")
+    real = b.run_retrain
+    monkeypatch.setattr(b, "run_retrain", lambda *a, **k: {**real(*a, **k, stop_after=1),
+                                                           "test": {"top1": -1.0}})
+    assert b.retrain_many(args, space, todo, tmp_path / "cut") == [{"top1": -1.0}]
+    metrics = tmp_path / "cut" / "retrain" / "first_seed0" / "metrics.jsonl"
+    first = metrics.read_text()
+    monkeypatch.setattr(b, "run_retrain", real)
+    args.resume = True
+    assert b.retrain_many(args, space, todo, tmp_path / "cut") == straight
+    # epoch 1 is the cut run's own record (its timing too), epoch 2 was resumed
+    assert metrics.read_text().startswith(first) and len(metrics.read_text().splitlines()) == 2
+    assert b.retrain_many(args, space, todo, tmp_path / "cut") == straight  # finished: tested
