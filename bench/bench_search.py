@@ -380,8 +380,9 @@ def print_report(rows: list[dict]) -> None:
 
 
 def draw(rows: list[dict], png: Path) -> None:
-    """Retrained test top-1 against predicted latency: found networks joined by a line,
-    controls as crosses, random networks as grey points."""
+    """Retrained test top-1 against predicted latency: found networks joined by a line (one
+    line per recipe), the newest recipe's controls as crosses and random networks as grey
+    points (older rows retrained them differently, so they are not comparable with it)."""
     import statistics as st
 
     import matplotlib
@@ -392,13 +393,14 @@ def draw(rows: list[dict], png: Path) -> None:
     # the newest row's recipe first, drawn solid; earlier recipes dashed
     recipes = list(dict.fromkeys(recipe(row) for row in reversed(rows)))
     rows = sorted(rows, key=lambda r: r["target_ms"])
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    rx = [r["predicted_ms"] for row in rows for r in row["random"]]
-    ry = [st.mean(r["top1"]) for row in rows for r in row["random"]]
-    ax.scatter(rx, ry, color="0.6", s=18, label="random, equal latency")
-    ax.scatter([row["control"]["predicted_ms"] for row in rows],
-               [st.mean(row["control"]["top1"]) for row in rows], marker="x", color="tab:red",
-               label="cost-only control")
+    newest = [row for row in rows if recipe(row) == recipes[0]]
+    fig, ax = plt.subplots(figsize=(7, 6), dpi=120)
+    rx = [r["predicted_ms"] for row in newest for r in row["random"]]
+    ry = [st.mean(r["top1"]) for row in newest for r in row["random"]]
+    ax.scatter(rx, ry, color="0.6", s=18, label="random, equal latency (newest recipe)")
+    ax.scatter([row["control"]["predicted_ms"] for row in newest],
+               [st.mean(row["control"]["top1"]) for row in newest], marker="x", color="tab:red",
+               label="cost-only control (newest recipe)")
     for i, name in enumerate(recipes):
         mine = [row for row in rows if recipe(row) == name]
         ax.plot([row["found"]["predicted_ms"] for row in mine],
@@ -410,7 +412,7 @@ def draw(rows: list[dict], png: Path) -> None:
     ax.set_xlabel("predicted latency (ms; shaded: the budgets)")
     ax.set_ylabel("retrained test top-1 (%)")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize=8)  # below the axes
     epochs = sorted({row["retrain_epochs"] for row in rows})
     ax.set_title(f"fbnas budget search on the CIFAR-10 subset ({'/'.join(map(str, epochs))} "
                  "retrain epochs)", fontsize=9)
