@@ -40,7 +40,7 @@ from pathlib import Path
 
 from fbnas.config import load_config
 from fbnas.latency.lut import load_lut
-from fbnas.runs.checkpoint import load_checkpoint, load_search_checkpoint
+from fbnas.runs.checkpoint import LAST, load_checkpoint, load_search_checkpoint
 from fbnas.runs.retrain import run_retrain
 from fbnas.search.run import run_search
 from fbnas.search.sampling import hard_ops
@@ -111,7 +111,7 @@ def _retrain_one(args, defn: dict, name: str, seed: int, out: Path, threads: int
                                     *args.set, f"run.seed={seed}"])
     run_dir = out / "retrain" / f"{name}_seed{seed}"
     # --resume: an interrupted row continues its retrains exactly; a finished one is only tested
-    resume = args.resume and (run_dir / "checkpoints" / "last.pt").is_file()
+    resume = args.resume and (run_dir / LAST).is_file()
     result = run_retrain(cfg, run_dir, resume=resume, force=not resume,
                          echo=log_to(out / "retrain.log"))
     return {"top1": result["test"]["top1"]}
@@ -147,7 +147,7 @@ def fmt_ops(ops: list[str]) -> str:
 
 def quality(args) -> None:
     out = Path(args.out)
-    if args.reuse_search and (out / "search" / "checkpoints" / "last.pt").is_file():
+    if args.reuse_search and (out / "search" / LAST).is_file():
         if not args.resume:
             shutil.rmtree(out / "retrain", ignore_errors=True)
         ops, info = reused_search(args, out / "search")
@@ -258,7 +258,7 @@ def budget(args) -> None:
         raise SystemExit("budget mode needs --target-ms")
     out = Path(args.out or f"runs/bench-budget/{args.target_ms:g}ms")
     sets = ["loss.form=target", f"loss.target_ms={args.target_ms}"]
-    if not (args.reuse_search and (out / "search" / "checkpoints" / "last.pt").is_file()):
+    if not (args.reuse_search and (out / "search" / LAST).is_file()):
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
         search(args, out / "search", sets)
