@@ -303,6 +303,7 @@ def budget(args) -> None:
                  "multiplier_lr": cfg.loss.multiplier_lr},
         "theta_relaxation": cfg.search.theta_relaxation,
         "retrain_zero_init": cfg.retrain.zero_init_residual,
+        "retrain_clip": cfg.retrain.clip_grad_norm,
         "weights_lr": cfg.optim.weights.lr,
         "search_epochs": len(hist), "retrain_epochs": args.retrain_epochs,
         "search_minutes": round(sum(r["seconds"] for r in hist) / 60, 2),
@@ -333,7 +334,7 @@ def recipe(row: dict) -> str:
     """The budget loss a row was searched with. Rows from before the record named a part
     used what was the default then: the sampled network's latency with weight 0.2, the
     absolute penalty, Gumbel theta steps, the weights' lr 0.1, and retrained networks whose
-    residual blocks started at unit scale."""
+    residual blocks started at unit scale and whose gradients were not clipped."""
     lo = row.get("loss", {"target_on": "sample", "target_weight": 0.2})
     lr = row.get("weights_lr", 0.1)
     if lo.get("target_penalty", "absolute") == "multiplier":
@@ -344,6 +345,8 @@ def recipe(row: dict) -> str:
         text += f", theta steps {row['theta_relaxation']}"
     if not row.get("retrain_zero_init", False):
         text += ", unit-init retrains"
+    if row.get("retrain_clip", 0.0):
+        text += f", retrains clipped at {row['retrain_clip']:g}"
     return text + (f", weights lr {lr:g}" if lr != 0.1 else "")
 
 

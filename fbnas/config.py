@@ -168,6 +168,8 @@ class RetrainConfig:
     decay_norm_and_bias: bool = False  # weight decay on BN parameters and biases too
     # residual blocks start as the identity (last BN scale zero), as the supernet's do
     zero_init_residual: bool = True
+    # the total gradient norm per step is cut to this (0: off); see Retrain.before_step
+    clip_grad_norm: float = 2.0
 
 
 @dataclass
@@ -353,6 +355,8 @@ def validate(cfg: Config) -> Config:
     need(r.warmup_epochs >= 0, "config key retrain.warmup_epochs must be >= 0")
     need(0 <= r.label_smoothing < 1, "config key retrain.label_smoothing must be in [0, 1)")
     need(0 <= r.dropout < 1, "config key retrain.dropout must be in [0, 1)")
+    need(r.clip_grad_norm >= 0, "config key retrain.clip_grad_norm must be >= 0 (0 turns "
+                                "clipping off)")
     return cfg
 
 
@@ -375,9 +379,10 @@ _RENAMED = {("search", "cost"): {"flops": "macs"}}
 # keys added since a run could have been saved, with the value that reproduces what that run
 # did: a run saved before loss.target_on existed penalised its Gumbel samples' latency, and
 # a retrain saved before retrain.zero_init_residual existed started its blocks at unit scale,
-# and a search saved before search.theta_relaxation existed drew Gumbel samples in theta steps
+# a search saved before search.theta_relaxation existed drew Gumbel samples in theta steps,
+# and a retrain saved before retrain.clip_grad_norm existed did not clip its gradients
 _ADDED = {("loss", "target_on"): "sample", ("retrain", "zero_init_residual"): False,
-          ("search", "theta_relaxation"): "gumbel"}
+          ("search", "theta_relaxation"): "gumbel", ("retrain", "clip_grad_norm"): 0.0}
 
 
 def from_saved(values: dict) -> Config:

@@ -80,3 +80,48 @@ def test_retrain_resume_equals_one_go(tmp_path, tiny_lut_data):
     assert a["epoch"] == b["epoch"] == 2
     for k in a["model"]:
         assert torch.equal(a["model"][k], b["model"][k]), k
+
+
+def test_retrain_clips_the_gradient_norm(tmp_path):
+    """retrain.clip_grad_norm bounds every step's total gradient norm; 0 leaves it alone."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    from fbnas.arch.space import load_space
+    from fbnas.config import load_config
+    from fbnas.runs.retrain import run_retrain
+
+    space = load_space("tiny")
+    arch = tmp_path / "a.json"
+    arch.write_text(json.dumps(space.definition([l.candidates[0] for l in space.layers], "a")))
+
+    def step_norms(clip):
+        norms = []
+
+        def record(opt, args, kwargs):
+            grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
+            norms.append(float(torch.linalg.vector_norm(torch.stack(
+                [torch.linalg.vector_norm(g) for g in grads]))))
+
+        cfg = load_config(None, [f"retrain.arch={arch}", f"data.dir={CIFAR_SUBSET}",
+                                 "data.limit=200", "data.batch_size=32", "retrain.epochs=1",
+                                 f"retrain.clip_grad_norm={clip}", "run.threads=1",
+                                 "run.progress=false", "run.device=cpu"])
+        handle = register_optimizer_step_pre_hook(record)
+        try:
+            run_retrain(cfg, tmp_path / f"clip{clip}", echo=lambda m: None)
+        finally:
+            handle.remove()
+        return norms
+
+    free, clipped = step_norms(0), step_norms(0.05)
+    assert len(free) == len(clipped) > 0
+    assert max(free) > 0.05  # the bound below is not met by accident
+    assert max(clipped) <= 0.05 * (1 + 1e-4)
+
+
+def test_retrain_clip_must_not_be_negative():
+    from fbnas.config import load_config
+    from fbnas.errors import FbnasError
+
+    with pytest.raises(FbnasError, match="retrain.clip_grad_norm must be >= 0"):
+        load_config(None, ["retrain.clip_grad_norm=-1"])

@@ -89,6 +89,9 @@ class Trainer:
     def extra_state(self) -> dict:
         return {}
 
+    def before_step(self, phase: str) -> None:
+        """Called before each optimizer step of ``phase``, its gradients complete."""
+
     def after_step(self, phase: str) -> None:
         """Called after each optimizer step of ``phase`` (state that follows the steps)."""
 
@@ -323,6 +326,7 @@ class Trainer:
                 (loss / k).backward()
             micro[phase] += 1
             if last_micro:
+                self.before_step(phase)
                 opt.step()
                 if phase == "weights":
                     self.scheduler.step()
