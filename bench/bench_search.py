@@ -384,8 +384,9 @@ def print_report(rows: list[dict]) -> None:
 
 def draw(rows: list[dict], png: Path) -> None:
     """Retrained test top-1 against predicted latency: found networks joined by a line (one
-    line per recipe), the newest recipe's controls as crosses and random networks as grey
-    points (older rows retrained them differently, so they are not comparable with it)."""
+    line per recipe, the three newest), the newest recipe's controls as crosses and random
+    networks as grey points (older rows retrained them differently, so they are not
+    comparable with it)."""
     import statistics as st
 
     import matplotlib
@@ -394,7 +395,9 @@ def draw(rows: list[dict], png: Path) -> None:
     import matplotlib.pyplot as plt
 
     # the newest row's recipe first, drawn solid; earlier recipes dashed
-    recipes = list(dict.fromkeys(recipe(row) for row in reversed(rows)))
+    # the three newest recipes only: older ones stay in the file and the report's table
+    recipes = list(dict.fromkeys(recipe(row) for row in reversed(rows)))[:3]
+    rows = [row for row in rows if recipe(row) in recipes]
     rows = sorted(rows, key=lambda r: r["target_ms"])
     newest = [row for row in rows if recipe(row) == recipes[0]]
     fig, ax = plt.subplots(figsize=(7, 6), dpi=120)
@@ -408,7 +411,7 @@ def draw(rows: list[dict], png: Path) -> None:
         mine = [row for row in rows if recipe(row) == name]
         ax.plot([row["found"]["predicted_ms"] for row in mine],
                 [st.mean(row["found"]["top1"]) for row in mine], "o-" if i == 0 else "s--",
-                color=("tab:blue", "tab:cyan", "tab:purple", "tab:olive")[i % 4],
+                color=("tab:blue", "tab:cyan", "tab:purple")[i],
                 label=f"found by the search ({name})")
     for ms in sorted({row["target_ms"] for row in rows}):
         ax.axvline(ms, color="tab:blue", alpha=0.15, lw=4)
