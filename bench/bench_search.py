@@ -394,8 +394,8 @@ def draw(rows: list[dict], png: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    # the newest row's recipe first, drawn solid; earlier recipes dashed
-    # the three newest recipes only: older ones stay in the file and the report's table
+    # the three newest recipes, the newest first (drawn solid, the others dashed); older
+    # ones stay in the file and the report's table
     recipes = list(dict.fromkeys(recipe(row) for row in reversed(rows)))[:3]
     rows = [row for row in rows if recipe(row) in recipes]
     rows = sorted(rows, key=lambda r: r["target_ms"])
