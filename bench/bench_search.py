@@ -15,13 +15,15 @@ theta moved by the latency term alone (no cross-entropy; theta never sees the we
 so the control replays the search's theta steps without training them). Every network is
 retrained with the same budget; the found one and the control with every --seeds value. The
 found network is also timed (the table's runtime). One invocation per budget appends one
-JSON line to --results; ``report`` draws the table and the picture from that file.
+JSON line to --results; ``report`` draws the table and the picture from that file, and
+``longer`` retrains a row's found network and control again for more epochs.
 ``--jobs J`` retrains J networks at a time, each in its own process with --threads / J
 threads (quality and budget modes).
 
     python bench/bench_search.py quality --out runs/bench-quality
     python bench/bench_search.py sweep --knob beta --values 0.3 0.6 1.2 --out runs/bench-sweep
     python bench/bench_search.py budget --target-ms 1.0 --results bench/results/budget.jsonl
+    python bench/bench_search.py longer --target-ms 3.0 --retrain-epochs 15 --seeds 0
     python bench/bench_search.py report --results bench/results/budget.jsonl --png budget.png
 
 They read the search settings from --config (default configs/demo.yaml) and print what they
@@ -428,6 +430,44 @@ def draw(rows: list[dict], png: Path) -> None:
     print(f"wrote {png}")
 
 
+def newest_row(results: Path, target_ms: float) -> dict:
+    """The last row of ``results`` searched under ``target_ms`` (the newest recipe's)."""
+    rows = [json.loads(l) for l in results.read_text().splitlines() if l.strip()]
+    mine = [r for r in rows if r["target_ms"] == target_ms]
+    if not mine:
+        raise SystemExit(f"{results} has no row at {target_ms:g} ms: run budget mode first")
+    return mine[-1]
+
+
+def longer(args) -> None:
+    """Retrain a budget row's found network and control again, for --retrain-epochs with
+    every --seeds value: does the row's ranking, measured on short retrains, last when the
+    networks train longer? The row's config and sets apply, and today's retrain defaults,
+    so compare with a row of the current recipe."""
+    from fbnas.arch.space import load_space
+
+    if args.target_ms is None:
+        raise SystemExit("longer mode needs --target-ms (the row to retrain)")
+    row = newest_row(Path(args.results), args.target_ms)
+    args.config, args.set = row["config"], [*row["sets"], *args.set]
+    space = load_space(load_config(args.config, args.set).space)
+    out = Path(args.out or f"runs/bench-budget/{args.target_ms:g}ms-{args.retrain_epochs}ep")
+    if not args.resume:
+        shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True, exist_ok=True)
+    names = ("found", "control")
+    todo = [(row[n]["ops"], n, s) for n in names for s in args.seeds]
+    t0 = time.monotonic()
+    done = iter(r["top1"] for r in retrain_many(args, space, todo, out))
+    print(f"budget {args.target_ms:g} ms ({recipe(row)}), {args.retrain_epochs} retrain epochs, "
+          f"{(time.monotonic() - t0) / 60:.1f} min")
+    for n in names:
+        top1 = [next(done) for _ in args.seeds]
+        print(f"  {n:8} {row[n]['predicted_ms']:.3f} ms: test top-1 "
+              f"{', '.join(f'{t:.2f}' for t in top1)} (seeds {args.seeds}); "
+              f"{row['retrain_epochs']} epochs: {', '.join(f'{t:.2f}' for t in row[n]['top1'])}")
+
+
 def report(args) -> None:
     lines = [l for l in Path(args.results).read_text().splitlines() if l.strip()]
     rows = [json.loads(l) for l in lines]
@@ -438,7 +478,7 @@ def report(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["quality", "sweep", "budget", "report"])
+    ap.add_argument("mode", choices=["quality", "sweep", "budget", "longer", "report"])
     ap.add_argument("--config", default="configs/demo.yaml")
     ap.add_argument("--out", default=None)
     ap.add_argument("--search-epochs", type=int, default=None, help="default: the config's")
@@ -453,7 +493,8 @@ def main() -> None:
     ap.add_argument("--knob", choices=["beta", "target_ms"], default="beta")
     ap.add_argument("--values", type=float, nargs="+", default=[0.3, 0.6, 1.2])
     ap.add_argument("--search-seed", type=int, default=0, help="run.seed of the search")
-    ap.add_argument("--target-ms", type=float, default=None, help="budget: the latency budget")
+    ap.add_argument("--target-ms", type=float, default=None,
+                    help="budget: the latency budget; longer: the row to retrain")
     ap.add_argument("--results", default="bench/results/budget.jsonl",
                     help="budget/report: the results file (one JSON line per budget)")
     ap.add_argument("--png", default=None, help="report: where to draw the picture")
@@ -463,14 +504,15 @@ def main() -> None:
     ap.add_argument("--reuse-search", action="store_true",
                     help="quality/budget: take the architecture of the finished search in OUT/search")
     ap.add_argument("--resume", action="store_true",
-                    help="quality/budget with --reuse-search: continue the retrains an "
-                         "interrupted run of the same command left in OUT/retrain")
+                    help="quality/budget with --reuse-search, or longer: continue the retrains "
+                         "an interrupted run of the same command left in OUT/retrain")
     args = ap.parse_args()
-    if args.resume and not args.reuse_search:
+    if args.resume and not args.reuse_search and args.mode != "longer":
         ap.error("--resume continues an interrupted row: give --reuse-search too")
     if args.mode in ("quality", "sweep"):
         args.out = args.out or f"runs/bench-{args.mode}"
-    {"quality": quality, "sweep": sweep, "budget": budget, "report": report}[args.mode](args)
+    {"quality": quality, "sweep": sweep, "budget": budget, "longer": longer,
+     "report": report}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -117,3 +117,35 @@ def test_resumed_retrains_equal_uninterrupted_ones(tmp_path, monkeypatch):
     # epoch 1 is the cut run's own record (its timing too), epoch 2 was resumed
     assert metrics.read_text().startswith(first) and len(metrics.read_text().splitlines()) == 2
     assert b.retrain_many(args, space, todo, tmp_path / "cut") == straight  # finished: tested
+
+
+def test_longer_retrains_a_rows_found_network_and_control(tmp_path, capsys):
+    """longer mode retrains the newest row at a budget again, found and control with every
+    seed, and prints the new figures beside the row's; a budget with no row is refused."""
+    import argparse
+
+    from tests.conftest import CIFAR_SUBSET
+
+    b = bench()
+    sets = ["space=tiny", f"data.dir={CIFAR_SUBSET}", "data.limit=200", "data.batch_size=32",
+            "run.device=cpu"]
+    old, new = row(0.05, [10.0], [10.0], []), row(0.05, [20.0, 21.0], [19.0, 18.5], [])
+    new["control"]["ops"] = ["skip"] * 4
+    for r, ops in ((old, ["skip"] * 4), (new, ["k3_e1", "skip", "k3_e1", "skip"])):
+        r.update(config=None, sets=sets)
+        r["found"]["ops"] = ops
+    results = tmp_path / "budget.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in (old, new)))
+    args = argparse.Namespace(results=str(results), target_ms=0.05, retrain_epochs=1,
+                              seeds=[0, 1], threads=1, jobs=1, resume=False, set=[],
+                              out=str(tmp_path / "out"))
+    b.longer(args)
+    out = capsys.readouterr().out
+    assert "1 retrain epochs" in out
+    found = next(line for line in out.splitlines() if line.strip().startswith("found"))
+    assert "(seeds [0, 1])" in found and found.endswith("5 epochs: 20.00, 21.00")
+    assert sorted(p.name for p in (tmp_path / "out" / "retrain").iterdir()) == [
+        "control_seed0", "control_seed1", "found_seed0", "found_seed1"]
+    args.target_ms = 0.7
+    with pytest.raises(SystemExit, match="no row at 0.7 ms: run budget mode first"):
+        b.longer(args)
