@@ -430,10 +430,14 @@ def draw(rows: list[dict], png: Path) -> None:
     print(f"wrote {png}")
 
 
+def read_rows(results: Path) -> list[dict]:
+    """The rows of a budget results file, oldest first."""
+    return [json.loads(l) for l in results.read_text().splitlines() if l.strip()]
+
+
 def newest_row(results: Path, target_ms: float) -> dict:
     """The last row of ``results`` searched under ``target_ms`` (the newest recipe's)."""
-    rows = [json.loads(l) for l in results.read_text().splitlines() if l.strip()]
-    mine = [r for r in rows if r["target_ms"] == target_ms]
+    mine = [r for r in read_rows(results) if r["target_ms"] == target_ms]
     if not mine:
         raise SystemExit(f"{results} has no row at {target_ms:g} ms: run budget mode first")
     return mine[-1]
@@ -469,8 +473,7 @@ def longer(args) -> None:
 
 
 def report(args) -> None:
-    lines = [l for l in Path(args.results).read_text().splitlines() if l.strip()]
-    rows = [json.loads(l) for l in lines]
+    rows = read_rows(Path(args.results))
     print_report(rows)
     if args.png:
         draw(rows, Path(args.png))
@@ -496,7 +499,7 @@ def main() -> None:
     ap.add_argument("--target-ms", type=float, default=None,
                     help="budget: the latency budget; longer: the row to retrain")
     ap.add_argument("--results", default="bench/results/budget.jsonl",
-                    help="budget/report: the results file (one JSON line per budget)")
+                    help="budget/longer/report: the results file (one JSON line per budget)")
     ap.add_argument("--png", default=None, help="report: where to draw the picture")
     ap.add_argument("--time-rounds", type=int, default=20,
                     help="budget: timing rounds of the found network")
