@@ -73,7 +73,8 @@ def main() -> None:
 
 @main.command(context_settings=CONTEXT)
 @click.option("--space", "space_name", required=True,
-              help="Bundled space name (fbnet_cifar, fbnet_imagenet, tiny) or a space YAML file.")
+              help="Bundled space name (fbnet_cifar, fbnet_imagenet, fbnet_imagenet100, "
+                   "nasbench_macro, tiny) or a space YAML file.")
 @click.option("--out", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="Where to write the lookup table (JSON); not with --bundle.")
 @click.option("--bundle", default=None, type=click.Path(path_type=Path), metavar="DIR",

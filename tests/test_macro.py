@@ -1,0 +1,143 @@
+"""NAS-Bench-Macro: the bundled space against the benchmark, the lookup, and the bench."""
+
+import importlib.util
+import json
+import random
+
+import pytest
+
+from fbnas.arch.definition import build_model
+from fbnas.arch.space import load_space
+from fbnas.errors import FbnasError
+from fbnas.search.groundtruth import (Truth, all_keys, judge, key_of, latency_quantile,
+                                      load_truth, ops_of, pareto_front)
+from tests.conftest import REPO
+
+BENCH = REPO.parent / "shared" / "data" / "nas-bench-macro"
+
+
+def require_benchmark() -> dict:
+    """The benchmark file's entries, or a failure saying where it was looked for."""
+    path = BENCH / "nas-bench-macro_cifar10.json"
+    if not path.is_file():
+        pytest.fail(f"this test needs NAS-Bench-Macro at {BENCH} (the repository's "
+                    "../shared/data/nas-bench-macro)", pytrace=False)
+    return json.loads(path.read_text())
+
+
+def test_bundled_space_has_the_benchmarks_parameter_counts():
+    raw = require_benchmark()
+    space = load_space("nasbench_macro")
+    keys = ["11111221", "02012100", "00000000", "22222222", "00011110"]
+    keys += random.Random(0).sample(sorted(raw), 20)
+    for key in keys:
+        model = build_model(space.definition(ops_of(key)))
+        assert sum(p.numel() for p in model.parameters()) == raw[key]["params"], key
+
+
+def test_keys_encode_both_ways_and_look_up_the_benchmark():
+    assert key_of(["k5_e6", "skip", "k3_e3"]) == "201"
+    assert ops_of("201") == ["k5_e6", "skip", "k3_e3"]
+    for key in ("00000000", "21111200", "12012012"):
+        assert key_of(ops_of(key)) == key
+    truth = load_truth(BENCH)
+    assert truth["11111221"] == pytest.approx(92.303, abs=1e-3)
+    assert truth["00000000"] == pytest.approx(45.4, abs=0.1)
+    with pytest.raises(FbnasError, match="not a NAS-Bench-Macro candidate"):
+        key_of(["k3_e1"])
+    with pytest.raises(FbnasError, match="digits 0, 1 and 2"):
+        ops_of("0132")
+
+
+def test_a_file_that_is_not_the_benchmark_is_refused(tmp_path):
+    (tmp_path / "b.json").write_text(json.dumps({"01": {"mean_acc": 50.0}}))
+    with pytest.raises(FbnasError, match="holds 1 networks"):
+        load_truth(tmp_path / "b.json")
+    (tmp_path / "c.json").write_text("[1, 2]")
+    with pytest.raises(FbnasError, match="not a NAS-Bench-Macro file"):
+        load_truth(tmp_path / "c.json")
+    with pytest.raises(FbnasError, match="does not exist"):
+        load_truth(tmp_path / "missing")
+
+
+def tiny_truth() -> tuple[Truth, dict]:
+    """Nine 2-layer networks: accuracy and latency made up so the answers are known."""
+    acc = {"00": 50, "01": 70, "02": 80, "10": 75, "11": 85, "12": 88, "20": 86, "21": 90,
+           "22": 92}
+    lat = {"00": 1, "01": 2, "02": 4, "10": 2, "11": 3, "12": 5, "20": 4, "21": 5, "22": 8}
+    return Truth({k: float(v) for k, v in acc.items()}), {k: float(v) for k, v in lat.items()}
+
+
+def test_percentile_oracle_and_near_budget_mean():
+    truth, lat = tiny_truth()
+    v = judge(truth, lat, 4.0, "02")  # within 4: 00 01 02 10 11 20
+    assert v.within == 6 and v.oracle == "20" and v.oracle_accuracy == 86
+    assert v.percentile == pytest.approx(100 * 4 / 6)  # beats or ties 00 01 02 10
+    assert v.gap == pytest.approx(6)
+    assert v.near_mean == pytest.approx(83)  # latency >= 3.6: 02 and 20
+    assert judge(truth, lat, 4.0, "20").percentile == 100
+    assert pareto_front(truth, lat) == ["00", "10", "11", "20", "21", "22"]
+    assert latency_quantile(lat, 0.5) == 4.0
+    with pytest.raises(FbnasError, match="no network is within"):
+        judge(truth, lat, 0.5, "00")
+    assert len(all_keys(2)) == 9
+
+
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_macro", REPO / "bench" / "bench_macro.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+CUT_SPACE = """
+name: macro_cut
+input: {channels: 3, resolution: 32}
+stem: {channels: 8, kernel: 3, stride: 1}
+stages:
+  - {channels: 16, blocks: 2, stride: 2}
+candidates: [skip, k3_e3, k5_e6]
+head: {channels: 32, classes: 10}
+"""
+
+
+@pytest.mark.slow
+def test_bench_macro_end_to_end_on_a_two_layer_cut(tmp_path, cifar_subset, capsys):
+    from fbnas.io import write_json
+    from fbnas.latency.lut import profile_space
+
+    space_file = tmp_path / "cut.yaml"
+    space_file.write_text(CUT_SPACE)
+    table = tmp_path / "cut.json"
+    write_json(table, profile_space(load_space(space_file), rounds=2, extra_rounds=2,
+                                    block_time=0.001))
+    truth, _ = tiny_truth()
+    truth_file = tmp_path / "truth.json"
+    truth_file.write_text(json.dumps({k: {"mean_acc": v} for k, v in truth.accuracy.items()}))
+    config = tmp_path / "cut_config.yaml"
+    config.write_text(f"""
+space: {space_file}
+lut: {table}
+data: {{dir: {cifar_subset}, batch_size: 32, limit: 640}}
+search: {{epochs: 2, warmup_epochs: 1, mode: hard, recalibrate_images: 64}}
+loss: {{form: target, target_ms: 1.0}}
+optim: {{theta: {{lr: 0.1}}}}
+""")
+    results = tmp_path / "macro.jsonl"
+    b = bench()
+    common = ["--config", str(config), "--truth", str(truth_file), "--results", str(results)]
+    b.main(["search", *common, "--quantiles", "0.5", "--seeds", "0", "--threads", "1",
+            "--out", str(tmp_path / "runs"), "--rank", "5"])
+    row = json.loads(results.read_text())
+    assert row["quantile"] == 0.5 and row["seed"] == 0 and len(row["found"]) == 2
+    assert row["found_ms"] <= row["budget_ms"] and row["control_ms"] <= row["budget_ms"]
+    assert row["accuracy"] == truth[row["found"]]
+    assert row["gap"] == pytest.approx(row["oracle_accuracy"] - row["accuracy"])
+    assert 0 < row["percentile"] <= 100 and row["within"] >= 1
+    assert set(row["rank"]["kendall_tau"]) == {"one_shot", "latency", "macs"}
+    out = capsys.readouterr().out
+    assert "Kendall tau" in out and row["found"] in out
+    png = tmp_path / "macro.png"
+    b.main(["report", *common, "--png", str(png)])
+    assert png.stat().st_size > 0
+    assert "1 searches, median gap" in capsys.readouterr().out
