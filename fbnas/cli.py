@@ -531,6 +531,11 @@ def retrain(arch, name, config_path, data_dir, out, epochs, seed, device, thread
               help="With --hard: pick the most probable architecture under softmax(theta) "
                    "whose calibrated predicted latency is at most MS milliseconds (exact) "
                    "[default: the search's latency budget, loss.target_ms, if it had one].")
+@click.option("--floor", default=None, type=click.FloatRange(min=0, max=1, max_open=True),
+              metavar="SHARE",
+              help="With a budget: the network must spend at least SHARE of it, where any "
+                   "network of the space does (0: any network under it) [default: the "
+                   "search's loss.target_floor].")
 @click.option("--num", default=1, show_default=True, type=click.IntRange(min=1),
               help="Architectures to draw from softmax(theta) (not with --hard).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the draws.")
@@ -541,7 +546,7 @@ def retrain(arch, name, config_path, data_dir, out, epochs, seed, device, thread
 @click.option("--lut", "lut_path", default=None, type=click.Path(dir_okay=False, path_type=Path),
               help="Lookup table for predictions [default: the one the search used].")
 @click.option("--force", is_flag=True, help="Replace architectures of the same name.")
-def sample(source, hard, target_ms, num, seed, name, out, lut_path, force):
+def sample(source, hard, target_ms, num, seed, name, out, lut_path, force, floor):
     """Sample architectures from a search's theta into an architecture file (JSON).
 
     RUN_DIR_OR_CHECKPOINT is a run folder of fbnas train (its checkpoints/last.pt is
@@ -580,8 +585,12 @@ def sample(source, hard, target_ms, num, seed, name, out, lut_path, force):
         target_ms = ck.target_ms
         click.echo(f"within the search's latency budget of {target_ms:g} ms (loss.target_ms); "
                    "--target-ms sets another")
+    if floor is not None and target_ms is None:
+        raise UsageError("--floor is a share of a latency budget; give --target-ms, or sample "
+                         "a search that had one")
     entries = sample_architectures(ck, lut, hard, num=num, seed=seed, name=name,
-                                   target_us=None if target_ms is None else target_ms * 1000.0)
+                                   target_us=None if target_ms is None else target_ms * 1000.0,
+                                   floor=ck.target_floor if floor is None else floor)
     add_architectures(out, entries, force=force)
     if len(entries) == 1:
         click.echo(format_entry(entries[0], lut))

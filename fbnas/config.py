@@ -103,6 +103,17 @@ class SearchConfig:
     # the Gumbel sample of search.mode (the paper), whose accuracy signal was pure noise
     # within an epoch on the CIFAR-10 subset (docs/search.md, Supernet)
     theta_relaxation: str = _choices("gumbel", "softmax", default="softmax")
+    # how a theta step estimates theta's gradient: "relaxed" differentiates through the
+    # candidates' mixing weights (theta_relaxation; every candidate runs), "reinforce" runs
+    # theta_paths sampled networks forwards only and weights their log-probability by their
+    # reward against a moving average (TuNAS; see fbnas/search/reinforce.py)
+    theta_estimator: str = _choices("relaxed", "reinforce", default="relaxed")
+    # which network a weight step trains: "theta", a sample of search.mode's relaxation (the
+    # paper); "uniform", one network drawn uniformly, every layer a single candidate, so every
+    # network keeps training whatever theta prefers (single-path one-shot, SPOS and FairNAS)
+    weight_sampling: str = _choices("theta", "uniform", default="theta")
+    theta_paths: int = 1
+    reinforce_momentum: float = 0.9
 
 
 @dataclass
@@ -126,6 +137,10 @@ class LossConfig:
     # after every theta step (dual ascent on LAT = T), so the push settles where it balances
     # the cross-entropy's instead of swinging by target_weight each way
     target_penalty: str = _choices("absolute", "multiplier", default="absolute")
+    # the network a budget search returns spends at least this share of the budget, where any
+    # network of the space does: the most probable one in [floor * T, T], not merely under T
+    # (see fbnas/search/budget.py, ops_in_window); 0: the most probable one under T
+    target_floor: float = 0.9
     multiplier_lr: float = 0.1
 
 
@@ -320,6 +335,10 @@ def validate(cfg: Config) -> Config:
          f"--set search.warmup_epochs={int(round(0.1 * s.epochs))} (10% of the epochs) or "
          f"train at least {cfg.warmup_epochs + 1} epochs")
     need(s.accumulate >= 1, "config key search.accumulate must be at least 1")
+    need(1 <= s.theta_paths <= 64, "config key search.theta_paths must be from 1 to 64 (the "
+                                   "networks a REINFORCE theta step runs)")
+    need(0 <= s.reinforce_momentum < 1, "config key search.reinforce_momentum must be in "
+                                        f"[0, 1), got {s.reinforce_momentum:g}")
     need(s.temperature.initial > 0, "config key search.temperature.initial must be positive")
     need(lo.alpha > 0, "config key loss.alpha must be positive")
     need(lo.beta > 0, "config key loss.beta must be positive")
@@ -328,6 +347,8 @@ def validate(cfg: Config) -> Config:
              "loss.form=target needs a positive loss.target_ms (e.g. --set loss.target_ms=5)")
         need(s.cost == "latency", "loss.form=target needs search.cost=latency")
     need(lo.target_weight > 0, "config key loss.target_weight must be positive")
+    need(0 <= lo.target_floor < 1, "config key loss.target_floor must be in [0, 1) (the share "
+                                   f"of the budget the network must spend), got {lo.target_floor:g}")
     need(0 < lo.multiplier_lr <= 1e6, "config key loss.multiplier_lr must be positive (and at "
                                       "most 1e6)")
     ow, ot = cfg.optim.weights, cfg.optim.theta
@@ -380,9 +401,12 @@ _RENAMED = {("search", "cost"): {"flops": "macs"}}
 # did: a run saved before loss.target_on existed penalised its Gumbel samples' latency, and
 # a retrain saved before retrain.zero_init_residual existed started its blocks at unit scale,
 # a search saved before search.theta_relaxation existed drew Gumbel samples in theta steps,
-# and a retrain saved before retrain.clip_grad_norm existed did not clip its gradients
+# a retrain saved before retrain.clip_grad_norm existed did not clip its gradients, and a
+# budget search saved before loss.target_floor existed returned the most probable network
+# under its budget, however far under
 _ADDED = {("loss", "target_on"): "sample", ("retrain", "zero_init_residual"): False,
-          ("search", "theta_relaxation"): "gumbel", ("retrain", "clip_grad_norm"): 0.0}
+          ("search", "theta_relaxation"): "gumbel", ("retrain", "clip_grad_norm"): 0.0,
+          ("loss", "target_floor"): 0.0}
 
 
 def from_saved(values: dict) -> Config:

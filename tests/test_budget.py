@@ -15,7 +15,7 @@ from fbnas.errors import FbnasError
 from fbnas.io import read_json, write_json
 from fbnas.latency.lut import LUT, load_lut
 from fbnas.runs.checkpoint import load_search_checkpoint
-from fbnas.search.budget import best_path, ops_under_budget, raw_limit, solve
+from fbnas.search.budget import best_path, ops_in_window, ops_under_budget, raw_limit, solve
 from tests.conftest import REPO
 from tests.test_arch import assert_user_error, cli, make_run, peaked_theta
 
@@ -323,6 +323,69 @@ def test_sample_hard_uses_the_searchs_budget_unless_told_otherwise(tmp_path, spa
     assert cli("sample", plain, "--hard").exit_code == 0
     entry = json.loads((plain / "arch.json").read_text())["architectures"]["search_hard"]
     assert entry["sampling"] == {"method": "argmax"}
+
+
+@pytest.mark.parametrize("tname", list(TABLES))
+def test_ops_in_window_is_the_most_probable_network_that_spends_the_budget(space, tname):
+    """Against brute force: inside [floor * T, T] wherever a network of the space is, and
+    no network there more probable by more than a grid cell's rounding can explain; where
+    none reaches the floor, the plain rule under T."""
+    lut = table(TABLES[tname])
+    archs = every_architecture(space)
+    pred = [lut.predict(ops) for ops in archs]
+    for theta_name, probs in thetas(space).items():
+        lp = [logp_of(space, probs, ops) for ops in archs]
+        for budget in budgets(lut, archs)[1:-1]:
+            for floor in (0.5, 0.9):
+                ops = ops_in_window(lut, space, probs, budget, floor)
+                plain = ops_under_budget(lut, space, probs, budget)
+                inside = floor * budget <= lut.predict(ops) <= budget
+                # the grid may miss networks within its margin of the window's edges only
+                margin = 0.5 * len(space.layers) * budget / 20_000 * 3
+                clear = [i for i in range(len(archs))
+                         if floor * budget + margin <= pred[i] <= budget - margin]
+                if clear:
+                    assert inside, (tname, theta_name, budget, floor)
+                    assert logp_of(space, probs, ops) >= max(lp[i] for i in clear) - 1e-9, (
+                        tname, theta_name, budget, floor)
+                else:
+                    assert inside or ops == plain
+    # floor 0 is the plain rule
+    probs = thetas(space)["random"]
+    mid = sorted(pred)[len(pred) // 2]
+    assert ops_in_window(lut, space, probs, mid, 0.0) == ops_under_budget(lut, space, probs, mid)
+
+
+def test_sample_hard_spends_the_searchs_floor_of_its_budget(tmp_path, space):
+    """A search saved with loss.target_floor returns a network spending at least that share
+    of its budget, even where theta prefers one far under it; --floor 0 returns that one."""
+    lut = load_lut(TINY)
+    one_block = ["k3_e1"] + ["skip"] * (len(space.layers) - 1)
+    budget = round(1.02 * lut.predict(one_block) / 1000, 4)  # far above all-skip
+    cfg = {"loss": {"form": "target", "target_ms": budget, "target_floor": 0.9},
+           "search": {"cost": "latency"}}
+    data = read_json(TINY, "lookup table")
+    data["environment"].pop("cpu", None)
+    lut_path = tmp_path / "tiny.json"
+    write_json(lut_path, data)
+    run = make_run(tmp_path, space, lut_path, config=cfg,
+                   theta=peaked_theta(space, ["skip"] * len(space.layers)))
+    res = cli("sample", run, "--hard")
+    assert res.exit_code == 0, res.output
+    entry = read_json(run / "arch.json", "arch")["architectures"]["search_hard"]
+    ops = [b["op"] for b in entry["blocks"]]
+    assert entry["sampling"]["floor"] == 0.9
+    assert 0.9 * budget * 1000 <= lut.predict(ops) <= budget * 1000
+    res = cli("sample", run, "--hard", "--floor", 0, "--name", "under")
+    assert res.exit_code == 0, res.output
+    under = read_json(run / "arch.json", "arch")["architectures"]["under"]
+    assert [b["op"] for b in under["blocks"]] == ["skip"] * len(space.layers)
+    assert "floor" not in under["sampling"]
+    for bad in ("1", "-0.1"):
+        assert cli("sample", run, "--hard", "--floor", bad).exit_code == 2
+    (tmp_path / "plain").mkdir()
+    plain, _ = budget_run(tmp_path / "plain", space, config={"loss": {"form": "paper"}})
+    assert_user_error(cli("sample", plain, "--hard", "--floor", 0.5), "--floor is a share")
 
 
 def test_how_decided_each_layer_is():

@@ -134,6 +134,44 @@ def test_budget_multiplier_moves_with_the_error_and_resumes_exactly(tmp_path, ti
                load_checkpoint(tmp_path / "split/checkpoints/last.pt"))
 
 
+def test_reinforce_theta_steps_with_uniform_paths_train_theta_and_resume_exactly(
+        tmp_path, tiny_lut_file, tiny_lut_data, monkeypatch):
+    """search.theta_estimator=reinforce moves theta from sampled networks' rewards against a
+    moving-average baseline, with weight steps on uniformly drawn networks; the baseline is
+    checkpointed, so a Ctrl-C after a theta step resumes to the same theta and weights, and
+    every theta epoch records how long its argmax held."""
+    budget = round(1.5 * _fastest_ms(tiny_lut_data), 6)
+    cfg = small_config(tiny_lut_file, **{
+        "loss.form": "target", "loss.target_ms": budget, "search.mode": "hard",
+        "search.theta_estimator": "reinforce", "search.theta_paths": 2,
+        "search.weight_sampling": "uniform", "optim.theta.lr": 0.1})
+    full = run_search(cfg, tmp_path / "full", echo=quiet)
+    ckpt = load_checkpoint(tmp_path / "full/checkpoints/last.pt")
+    assert any(float(t.abs().max()) > 0 for t in ckpt["theta"])
+    assert isinstance(ckpt["reward_baseline"], float)
+    assert all(0 <= r["argmax_stable"] <= 1 for r in full["history"])
+    # the printed theta loss is the sampled networks' search loss: CE plus the penalty
+    assert all(r["theta_loss"] >= r["theta_ce"] for r in full["history"])
+
+    class InterruptingProgress(trainer_mod.Progress):
+        def update(self, n=1):
+            super().update(n)
+            if self.done == 10:  # 9 weight batches, then 1 of 2 theta batches
+                signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(trainer_mod, "Progress", InterruptingProgress)
+    assert run_search(cfg, tmp_path / "split", echo=quiet)["stopped"]
+    mid = load_checkpoint(tmp_path / "split/checkpoints/last.pt")
+    assert mid["position"] == 10 and mid["reward_baseline"] is not None
+    monkeypatch.undo()
+    run_search(cfg, tmp_path / "split", resume=True, echo=quiet)
+    split = load_checkpoint(tmp_path / "split/checkpoints/last.pt")
+    same_state(ckpt, split)
+    assert split["reward_baseline"] == ckpt["reward_baseline"]
+    assert [r["argmax_stable"] for r in split["history"]] == [
+        r["argmax_stable"] for r in full["history"]]
+
+
 def test_non_finite_loss_stops_and_keeps_checkpoint(tmp_path, tiny_lut_file):
     out = tmp_path / "run"
     run_search(small_config(tiny_lut_file, **{"search.epochs": 2}), out, stop_after=1,

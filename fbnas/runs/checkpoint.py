@@ -229,6 +229,16 @@ class SearchCheckpoint:
             return None
         return float(t) if math.isfinite(t) and t > 0 else None
 
+    @property
+    def target_floor(self) -> float:
+        """The share of its budget the search's network must spend (``loss.target_floor``;
+        0 for a run saved before the key existed, as it sampled then)."""
+        loss = (self.config if isinstance(self.config, dict) else {}).get("loss")
+        f = loss.get("target_floor", 0.0) if isinstance(loss, dict) else 0.0
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f < 1:
+            return 0.0
+        return float(f)
+
 
 def load_search_checkpoint(path: str | Path) -> SearchCheckpoint:
     """Load a search checkpoint (a run folder or file) and check its theta against its space."""

@@ -137,6 +137,11 @@ class Search(Trainer):
             self._check_budget()
         # the budget's Lagrange multiplier (loss.target_penalty: multiplier), resumed exactly
         self.multiplier = float((ckpt or {}).get("multiplier", 0.0))
+        # this epoch's theta steps, and the one after which the argmax last changed
+        # REINFORCE theta steps: the moving average of the rewards (fbnas/search/reinforce.py)
+        self.reward_baseline = (ckpt or {}).get("reward_baseline")
+        self.argmax_track = dict((ckpt or {}).get("argmax_track") or
+                                 {"steps": 0, "changed": 0, "ops": None})
 
     def _check_budget(self) -> None:
         """Refuse a budget no network of the space meets; warn of one it cannot spend."""
@@ -231,13 +236,15 @@ class Search(Trainer):
 
     def found_ops(self) -> list[str]:
         """The architecture ``fbnas sample --hard`` returns now: the argmax of theta, or under
-        a budget the most probable architecture whose predicted latency is within it."""
+        a budget the most probable architecture whose predicted latency is within it and, where
+        the space allows, at least ``loss.target_floor`` of it."""
         if self.budget_us is None:
             return self.net.argmax_ops()
-        from fbnas.search.budget import ops_under_budget
+        from fbnas.search.budget import ops_in_window
 
         probs = [p.double().numpy() for p in self.net.probabilities()]
-        return ops_under_budget(self.lut, self.space, probs, self.budget_us)
+        return ops_in_window(self.lut, self.space, probs, self.budget_us,
+                             self.cfg.loss.target_floor)
 
     def build_model(self) -> Supernet:
         return build_supernet(self.cfg, self.space, self.lut)
@@ -261,11 +268,28 @@ class Search(Trainer):
         return {"space": self.space.raw, "space_hash": self.space.hash,
                 "lut_path": str(self.cfg.lut), "lut_hash": self.lut_hash,
                 "theta": self.net.theta_state(), "multiplier": self.multiplier,
-                "candidates": [list(l.candidates) for l in self.net.layers]}
+                "candidates": [list(l.candidates) for l in self.net.layers],
+                "argmax_track": dict(self.argmax_track),
+                "reward_baseline": self.reward_baseline}
 
     def after_step(self, phase: str) -> None:
-        if phase == "theta" and uses_multiplier(self.cfg):
+        if phase != "theta":
+            return
+        if uses_multiplier(self.cfg):
             self.multiplier = next_multiplier(self.cfg, self.net, self.multiplier)
+        track, ops = self.argmax_track, self.net.argmax_ops()
+        track["steps"] += 1
+        if ops != track["ops"]:
+            track.update(ops=ops, changed=track["steps"])
+
+    def argmax_stable(self) -> float | None:
+        """The share of this epoch's theta steps, counted back from its end, over which the
+        argmax of theta did not change (1: it never changed this epoch; None: no theta
+        step). A decided search ends with a long stable tail."""
+        track = self.argmax_track
+        if not track["steps"]:
+            return None
+        return (track["steps"] - track["changed"]) / track["steps"]
 
     # -- one epoch ---------------------------------------------------------------------------
     def plan(self, epoch: int) -> Iterator[tuple[str, Batch]]:
@@ -310,11 +334,18 @@ class Search(Trainer):
 
     def forward_loss(self, x: torch.Tensor, y: torch.Tensor, epoch: int, phase: str):
         s = self.cfg.search
+        if phase == "theta" and s.theta_estimator == "reinforce":
+            return self.reinforce_loss(x, y)
         mode = theta_step_mode(self.cfg) if phase == "theta" else s.mode
         every = mode == "hard" and phase == "theta" and s.theta_gradient == "all"
         self._weights_need_grad(phase == "weights")
-        logits, cost = self.model(x, tau=temperature(self.cfg, epoch), mode=mode,
-                                  per_sample=s.per_sample, all_candidates=every)
+        if phase == "weights" and s.weight_sampling == "uniform":
+            # one network drawn uniformly, transitions included (single-path one-shot, SPOS)
+            path = [int(torch.randint(len(l.candidates), ())) for l in self.net.layers]
+            logits, cost = self.model(x, path=path)
+        else:
+            logits, cost = self.model(x, tau=temperature(self.cfg, epoch), mode=mode,
+                                      per_sample=s.per_sample, all_candidates=every)
         ce = F.cross_entropy(logits, y, reduction="none" if cost.dim() else "mean")
         loss, factor = search_loss(self.cfg, ce, penalised_cost(self.cfg, self.net, cost),
                                    self.multiplier)
@@ -323,6 +354,31 @@ class Search(Trainer):
             # their learning rate with every knob of the trade-off (see fbnas/search/loss.py)
             loss = ce
         return loss.mean(), ce, cost, factor
+
+    def reinforce_loss(self, x: torch.Tensor, y: torch.Tensor):
+        """A theta step on ``search.theta_paths`` networks drawn from softmax(theta), each run
+        alone without gradients; the reward is minus its search loss."""
+        from fbnas.search.reinforce import log_probability, next_baseline, sample_paths, surrogate
+
+        self._weights_need_grad(False)
+        theta = self.net.theta_parameters()
+        paths = sample_paths(theta, self.cfg.search.theta_paths)
+        ces, costs = [], []
+        with torch.no_grad():
+            for path in paths.tolist():
+                ces.append(F.cross_entropy(self.model(x, path=path)[0], y))
+                costs.append(self.net.cost_of([l.candidates[i] for l, i in
+                                               zip(self.net.layers, path)]))
+        ce, cost = torch.stack(ces), torch.tensor(costs, dtype=ces[0].dtype)
+        reward_loss, factor = search_loss(self.cfg, ce, cost, self.multiplier)
+        baseline = self.reward_baseline
+        loss = surrogate(log_probability(theta, paths), -reward_loss,
+                         float(-reward_loss.mean()) if baseline is None else baseline)
+        self.reward_baseline = next_baseline(baseline, -reward_loss,
+                                             self.cfg.search.reinforce_momentum)
+        # the value printed is the sampled networks' search loss; the gradient the surrogate's
+        loss = loss - loss.detach() + reward_loss.mean()
+        return loss, ce.mean(), cost.mean(), factor.mean()
 
     def _weights_need_grad(self, on: bool) -> None:
         """A theta step never uses the weights' gradients: not computing them saves about a
@@ -368,6 +424,11 @@ class Search(Trainer):
                   "theta_decided": float(np.mean([float(p.max()) for p in probs]))}
         if self.budget_us is not None:
             record["budget_ms"] = self.cfg.loss.target_ms
+        stable = self.argmax_stable()
+        if stable is not None:
+            record["argmax_stable"] = stable
+        # the next epoch counts its own theta steps; its first step compares with this argmax
+        self.argmax_track.update(steps=0, changed=0)
         if self.val_loader is not None:
             ev = self.evaluate(self.val_loader, path=self.net.path_of(ops))
             record["found_val_top1"] = ev["top1"]

@@ -22,7 +22,7 @@ from fbnas.arch.space import SearchSpace
 from fbnas.errors import FbnasError, UsageError
 from fbnas.io import file_hash
 from fbnas.runs.checkpoint import SearchCheckpoint
-from fbnas.search.budget import ops_under_budget
+from fbnas.search.budget import ops_in_window
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -107,11 +107,13 @@ def make_entry(ck: SearchCheckpoint, lut, ops: list[str], name: str, sampling: d
 
 
 def sample_architectures(ck: SearchCheckpoint, lut, hard: bool, num: int = 1, seed: int = 0,
-                         name: str | None = None, target_us: float | None = None) -> list[dict]:
+                         name: str | None = None, target_us: float | None = None,
+                         floor: float = 0.0) -> list[dict]:
     """Entries for the hard architecture or ``num`` distinct draws, fastest predicted first.
 
     With ``target_us``, the hard architecture is the most probable one whose (calibrated)
-    predicted latency is at most ``target_us`` microseconds.
+    predicted latency is at most ``target_us`` microseconds and, where any network of the
+    space reaches it, at least ``floor * target_us``.
     """
     if target_us is not None and not hard:
         raise UsageError("a latency budget (--target-ms) picks the most probable architecture "
@@ -121,9 +123,11 @@ def sample_architectures(ck: SearchCheckpoint, lut, hard: bool, num: int = 1, se
         if target_us is None:
             return [make_entry(ck, lut, hard_ops(ck.space, ck.probs), base,
                                {"method": "argmax"})]
-        ops = ops_under_budget(lut, ck.space, ck.probs, target_us)
-        return [make_entry(ck, lut, ops, base, {"method": "argmax_under_budget",
-                                                "target_ms": round(target_us / 1000.0, 9)})]
+        ops = ops_in_window(lut, ck.space, ck.probs, target_us, floor)
+        how = {"method": "argmax_under_budget", "target_ms": round(target_us / 1000.0, 9)}
+        if floor:
+            how["floor"] = floor
+        return [make_entry(ck, lut, ops, base, how)]
     if num < 1:
         raise FbnasError("--num must be at least 1")
     draws = draw_ops(ck.space, ck.probs, num, seed)

@@ -1,0 +1,303 @@
+"""Search quality against ground truth: NAS-Bench-Macro, every network's accuracy looked up.
+
+search: for each budget (the --quantiles of the space's predicted latencies under the
+table, or --target-ms) and each --seeds value, run one search of ``nasbench_macro``, take
+the most probable network within the budget (what ``fbnas sample --hard`` returns) and the
+cost-only control's (the same theta steps with the cross-entropy held constant, see
+bench_search.cost_only_theta), look both up, and append one JSON line per search to
+--results: the found key, true accuracy, percentile among all networks within the budget,
+the oracle (best network within it) and the gap to it, the mean of the networks that fill
+90 to 100% of it, the control's key and accuracy, search minutes, and how decided theta is.
+With --rank N it also scores N random networks on the search's supernet weights (BN
+re-estimated for each) and prints Kendall tau of that one-shot accuracy, of predicted
+latency and of MACs against the true accuracy.
+
+score: the same rows for search run directories made elsewhere (``fbnas train --target-ms``
+on ``nasbench_macro``), with the share of the space within their budget as the quantile.
+
+report: the table of --results and one picture: every network of the space as a grey point
+(true accuracy against predicted latency), the Pareto front, the budgets, found networks and
+controls.
+
+    python bench/bench_macro.py search --quantiles 0.2 0.4 0.6 0.8 --seeds 0 1 2
+    python bench/bench_macro.py search --target-ms 1.8 --seeds 0 --rank 50
+    python bench/bench_macro.py report --png bench/results/macro.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from fbnas.arch.space import load_space
+from fbnas.config import load_config
+from fbnas.latency.lut import load_lut
+from fbnas.runs.checkpoint import load_checkpoint, load_search_checkpoint
+from fbnas.search.budget import ops_in_window
+from fbnas.search.groundtruth import (all_keys, judge, key_of, latency_quantile, load_truth,
+                                      ops_of, pareto_front)
+from fbnas.search.run import run_search
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_search import cost_only_theta, log_to, theta_steps_taken  # noqa: E402
+
+TRUTH = "../shared/data/nas-bench-macro"
+
+
+def space_latencies(lut, layers: int) -> dict[str, float]:
+    """Every network of the space by key, with its calibrated predicted latency (us)."""
+    return {k: lut.predict(ops_of(k)) for k in all_keys(layers)}
+
+
+def budgets(args, lat: dict[str, float]) -> list[tuple[float | None, float]]:
+    """(quantile or None, budget in ms, rounded to the microsecond) for each budget asked."""
+    if args.target_ms:
+        return [(None, t) for t in args.target_ms]
+    return [(q, round(latency_quantile(lat, q) / 1000, 3)) for q in args.quantiles]
+
+
+def one_shot(run_dir: Path, keys: list[str]) -> list[float]:
+    """Val top-1 of each network ``keys`` names on the supernet weights of the finished
+    search in ``run_dir``, BN statistics re-estimated for each (Search.evaluate)."""
+    import torch
+
+    from fbnas.config import from_saved
+    from fbnas.runs.dist import init_from_env
+    from fbnas.runs.rundir import RunPaths
+    from fbnas.search.run import Search
+
+    paths = RunPaths(run_dir)
+    ckpt = load_checkpoint(paths.last, "search")
+    cfg = from_saved(ckpt["config"])
+    trainer = Search(cfg, paths, init_from_env("cpu"), torch.device("cpu"), ckpt)
+    return [trainer.evaluate(trainer.val_loader, path=trainer.net.path_of(ops_of(k)))["top1"]
+            for k in keys]
+
+
+def rank_correlations(args, run_dir: Path, truth, lut, space, lat) -> dict:
+    """Kendall tau against the true accuracy, over ``args.rank`` random networks: of their
+    one-shot accuracy, of their predicted latency, and of their MACs."""
+    from scipy.stats import kendalltau
+
+    keys = random.Random(args.rank_seed).sample(sorted(lat), args.rank)
+    shot = one_shot(run_dir, keys)
+    true = [truth[k] for k in keys]
+    macs = [lut.raw_sum(ops_of(k), "macs") for k in keys]
+    tau = {name: round(float(kendalltau(v, true).statistic), 3) for name, v in
+           (("one_shot", shot), ("latency", [lat[k] for k in keys]), ("macs", macs))}
+    return {"networks": args.rank, "kendall_tau": tau}
+
+
+def search_one(args, truth, lut, space, lat, quantile, budget_ms: float, seed: int) -> dict:
+    out = Path(args.out) / f"{budget_ms:g}ms-s{seed}"
+    sets = ["loss.form=target", f"loss.target_ms={budget_ms}", f"run.seed={seed}",
+            f"run.threads={args.threads}", "run.progress=false", *args.set]
+    cfg = load_config(args.config, sets)
+    shutil.rmtree(out, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    run_search(cfg, out, force=True, echo=log_to(out.parent / f"{out.name}.log"))
+    row = score_run(args, out, truth, lut, space, lat)
+    return {"quantile": quantile, **row}
+
+
+def score_run(args, out: Path, truth, lut, space, lat) -> dict:
+    """The row of the finished budget search in ``out``: its found network and its cost-only
+    control, looked up (and, with --rank, the one-shot ranking on its weights)."""
+    from fbnas.config import from_saved
+
+    ck, raw = load_search_checkpoint(out), load_checkpoint(out)
+    cfg = from_saved(raw["config"])
+    if ck.target_ms is None:
+        raise SystemExit(f"{out} is not a search under a latency budget (loss.form target)")
+    hist = raw["history"]
+    budget_us = ck.target_ms * 1000
+    floor = cfg.loss.target_floor if args.floor is None else args.floor
+    found = ops_in_window(lut, space, ck.probs, budget_us, floor)
+    control = ops_in_window(lut, space, cost_only_theta(cfg, space, lut, theta_steps_taken(raw)),
+                            budget_us, floor)
+    v, c = (judge(truth, lat, budget_us, key_of(ops)) for ops in (found, control))
+    row = {
+        "budget_ms": ck.target_ms, "floor": floor, "seed": cfg.run.seed, "config": args.config,
+        "sets": args.set, "recipe": args.recipe or "default",
+        "found": key_of(found), "found_ms": round(lut.predict(found) / 1000, 4),
+        "accuracy": round(v.accuracy, 3), "percentile": round(v.percentile, 1),
+        "oracle": v.oracle, "oracle_accuracy": round(v.oracle_accuracy, 3),
+        "gap": round(v.gap, 3), "near_mean": round(v.near_mean, 3), "within": v.within,
+        "control": key_of(control), "control_ms": round(lut.predict(control) / 1000, 4),
+        "control_accuracy": round(c.accuracy, 3), "control_percentile": round(c.percentile, 1),
+        "search_minutes": round(sum(r["seconds"] for r in hist) / 60, 2),
+        "theta_decided": round(hist[-1].get("theta_decided", float("nan")), 3),
+        "argmax_stable": hist[-1].get("argmax_stable"),
+        "supernet_val_top1": [round(r.get("val_top1", float("nan")), 2) for r in hist],
+        "found_val_top1": [round(r.get("found_val_top1", float("nan")), 2) for r in hist],
+        "lut_cpu": lut.data["environment"].get("cpu"), "date": time.strftime("%Y-%m-%d"),
+    }
+    if args.rank:
+        row["rank"] = rank_correlations(args, out, truth, lut, space, lat)
+    return row
+
+
+def search(args) -> None:
+    cfg = load_config(args.config, args.set)
+    space = load_space(cfg.space)
+    lut = load_lut(cfg.lut, space)
+    truth = load_truth(args.truth, len(space.layers))
+    lat = space_latencies(lut, len(space.layers))
+    todo = [(q, b, seed) for q, b in budgets(args, lat) for seed in args.seeds]
+    if args.jobs > 1:  # searches side by side, each with its share of the threads
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        args.threads = max(1, args.threads // args.jobs)
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
+            futures = [ex.submit(search_one, args, truth, lut, space, lat, *t) for t in todo]
+            rows = (f.result() for f in futures)
+            append_rows(args, rows)
+    else:
+        append_rows(args, (search_one(args, truth, lut, space, lat, *t) for t in todo))
+
+
+def score(args) -> None:
+    """Rows for searches run elsewhere (fbnas train --target-ms on nasbench_macro)."""
+    cfg = load_config(args.config, args.set)
+    space = load_space(cfg.space)
+    lut = load_lut(cfg.lut, space)
+    truth = load_truth(args.truth, len(space.layers))
+    lat = space_latencies(lut, len(space.layers))
+    rows = []
+    for run in args.runs:
+        row = score_run(args, Path(run), truth, lut, space, lat)
+        share = sum(v <= row["budget_ms"] * 1000 for v in lat.values()) / len(lat)
+        rows.append({"quantile": round(share, 3), **row})
+    append_rows(args, rows)
+
+
+def append_rows(args, rows) -> None:
+    """Append each row to --results as it comes, and print it."""
+    results = Path(args.results)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    for row in rows:
+        with open(results, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print_table([row])
+        if "rank" in row:
+            print(f"  Kendall tau against the truth over {row['rank']['networks']} random "
+                  f"networks: {row['rank']['kendall_tau']}", flush=True)
+    print(f"appended to {results}")
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def print_table(rows: list[dict]) -> None:
+    print("| recipe | budget ms (quantile) | seed | found (ms) | true top-1 % | percentile | "
+          "oracle (top-1 %) | gap | near-budget mean | control (top-1 %) | max p | "
+          "argmax stable | minutes |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        q = f" ({r['quantile']:g})" if r.get("quantile") is not None else ""
+        stable = r.get("argmax_stable")
+        print(f"| {r['recipe']} | {r['budget_ms']:g}{q} | {r['seed']} | {r['found']} "
+              f"({r['found_ms']:.3f}) | {r['accuracy']:.2f} | {r['percentile']:.1f} | "
+              f"{r['oracle']} ({r['oracle_accuracy']:.2f}) | {r['gap']:.2f} | "
+              f"{r['near_mean']:.2f} | {r['control']} ({r['control_accuracy']:.2f}) | "
+              f"{r['theta_decided']:.2f} | {'-' if stable is None else f'{stable:.2f}'} | "
+              f"{r['search_minutes']:.1f} |")
+
+
+def summary(rows: list[dict]) -> None:
+    """Per recipe: the median gap and percentile, and how many searches beat the control and
+    the near-budget mean and land within 10% under the budget."""
+    for name in dict.fromkeys(r["recipe"] for r in rows):
+        mine = [r for r in rows if r["recipe"] == name]
+        beat_c = sum(r["accuracy"] > r["control_accuracy"] for r in mine)
+        beat_n = sum(r["accuracy"] > r["near_mean"] for r in mine)
+        land = sum(r["found_ms"] >= 0.9 * r["budget_ms"] for r in mine)
+        print(f"{name}: {len(mine)} searches, median gap "
+              f"{statistics.median(r['gap'] for r in mine):.2f} points, median percentile "
+              f"{statistics.median(r['percentile'] for r in mine):.1f}; beat the control "
+              f"{beat_c}/{len(mine)}, the near-budget mean {beat_n}/{len(mine)}; within 10% "
+              f"under the budget {land}/{len(mine)}")
+
+
+def draw(rows: list[dict], truth, lat: dict[str, float], png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 6), dpi=120)
+    keys = sorted(lat)
+    ax.scatter([lat[k] / 1000 for k in keys], [truth[k] for k in keys], s=3, color="0.75",
+               label=f"all {len(keys)} networks")
+    front = pareto_front(truth, lat)
+    ax.plot([lat[k] / 1000 for k in front], [truth[k] for k in front], color="black", lw=1,
+            label="Pareto front")
+    for b in sorted({r["budget_ms"] for r in rows}):
+        ax.axvline(b, color="tab:blue", alpha=0.15, lw=4)
+    recipes = list(dict.fromkeys(r["recipe"] for r in rows))
+    for i, name in enumerate(recipes):
+        mine = [r for r in rows if r["recipe"] == name]
+        ax.scatter([r["found_ms"] for r in mine], [r["accuracy"] for r in mine], s=30,
+                   marker="os^D"[i % 4], color=f"C{i}", label=f"found ({name})", zorder=3)
+    ax.scatter([r["control_ms"] for r in rows], [r["control_accuracy"] for r in rows],
+               marker="x", color="tab:red", label="cost-only control", zorder=3)
+    ax.set_ylim(max(80.0, min(truth[k] for k in keys)), None)
+    ax.set_xlabel("predicted latency (ms; shaded: the budgets)")
+    ax.set_ylabel("NAS-Bench-Macro test top-1 (%, full CIFAR-10, 50 epochs)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title("fbnas searches of nasbench_macro, scored by lookup", fontsize=9)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png)
+    print(f"wrote {png}")
+
+
+def report(args) -> None:
+    rows = read_rows(Path(args.results))
+    print_table(rows)
+    summary(rows)
+    if args.png:
+        cfg = load_config(args.config, args.set)
+        space = load_space(cfg.space)
+        lut = load_lut(cfg.lut, space)
+        draw(rows, load_truth(args.truth, len(space.layers)),
+             space_latencies(lut, len(space.layers)), Path(args.png))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=["search", "score", "report"])
+    ap.add_argument("runs", nargs="*", help="score: finished search run directories")
+    ap.add_argument("--config", default="configs/macro.yaml")
+    ap.add_argument("--set", action="append", default=[], help="extra config key=value")
+    ap.add_argument("--recipe", default=None, help="a name for the settings --set makes")
+    ap.add_argument("--quantiles", type=float, nargs="+", default=[0.2, 0.4, 0.6, 0.8])
+    ap.add_argument("--target-ms", type=float, nargs="+", default=None,
+                    help="budgets in ms, instead of --quantiles")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=1, help="searches at a time (threads split)")
+    ap.add_argument("--rank", type=int, default=0,
+                    help="score this many random networks one-shot (Kendall tau)")
+    ap.add_argument("--rank-seed", type=int, default=0)
+    ap.add_argument("--floor", type=float, default=None,
+                    help="decide with this loss.target_floor instead of the search's")
+    ap.add_argument("--truth", default=TRUTH, help="NAS-Bench-Macro folder or file")
+    ap.add_argument("--out", default="runs/bench-macro")
+    ap.add_argument("--results", default="bench/results/macro.jsonl")
+    ap.add_argument("--png", default=None, help="report: where to draw the picture")
+    args = ap.parse_args(argv)
+    {"search": search, "score": score, "report": report}[args.mode](args)
+
+
+if __name__ == "__main__":
+    main()
