@@ -254,7 +254,7 @@ def theta_steps_taken(raw: dict) -> int:
 
 def budget(args) -> None:
     from fbnas.latency.measure import measure_latency
-    from fbnas.search.budget import ops_under_budget
+    from fbnas.search.budget import ops_in_window
 
     if args.target_ms is None:
         raise SystemExit("budget mode needs --target-ms")
@@ -272,9 +272,10 @@ def budget(args) -> None:
     cfg = search_config(args, sets)
     lut = load_lut(raw["config"]["lut"], ck.space)
     target_us = args.target_ms * 1000
-    found = ops_under_budget(lut, ck.space, ck.probs, target_us)
+    floor = ck.target_floor
+    found = ops_in_window(lut, ck.space, ck.probs, target_us, floor)
     control_probs = cost_only_theta(cfg, ck.space, lut, theta_steps_taken(raw))
-    control = ops_under_budget(lut, ck.space, control_probs, target_us)
+    control = ops_in_window(lut, ck.space, control_probs, target_us, floor)
     lat = lut.predict(found)
     randoms = random_matching(lut, lat, args.randoms, args.tol, args.seed)
     print(f"budget {args.target_ms:g} ms: search {len(hist)} epochs in "
@@ -303,7 +304,7 @@ def budget(args) -> None:
         "loss": {"target_on": cfg.loss.target_on, "target_weight": cfg.loss.target_weight,
                  "target_penalty": cfg.loss.target_penalty,
                  "multiplier_lr": cfg.loss.multiplier_lr},
-        "theta_relaxation": cfg.search.theta_relaxation,
+        "theta_relaxation": cfg.search.theta_relaxation, "floor": floor,
         "retrain_zero_init": cfg.retrain.zero_init_residual,
         "retrain_clip": cfg.retrain.clip_grad_norm,
         "weights_lr": cfg.optim.weights.lr,
@@ -349,6 +350,8 @@ def recipe(row: dict) -> str:
         text += ", unit-init retrains"
     if row.get("retrain_clip", 0.0):
         text += f", retrains clipped at {row['retrain_clip']:g}"
+    if row.get("floor"):
+        text += f", floor {row['floor']:g}"
     return text + (f", weights lr {lr:g}" if lr != 0.1 else "")
 
 

@@ -49,6 +49,8 @@ def test_recipe_names_what_differs_from_the_old_defaults():
     clipped = {**newer, "retrain_clip": 2.0}
     assert b.recipe(clipped) == ("LAT of argmax, multiplier lr 0.2, theta steps softmax, "
                                  "retrains clipped at 2, weights lr 0.05")
+    floored = {**clipped, "floor": 0.9}
+    assert b.recipe(floored).endswith("retrains clipped at 2, floor 0.9, weights lr 0.05")
 
 
 def test_report_prints_every_budget_and_draws(tmp_path, capsys):

@@ -78,7 +78,8 @@ def test_definition_rejects_non_candidate():
 def test_bundled_spaces_ship_inside_the_package(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # found from any folder, not via the checkout's layout
     spaces = bundled_spaces()
-    assert set(spaces) == {"fbnet_cifar", "fbnet_imagenet", "fbnet_imagenet100", "tiny"}
+    assert set(spaces) == {"fbnet_cifar", "fbnet_imagenet", "fbnet_imagenet100", "nasbench_macro",
+                           "tiny"}
     assert all(Path(str(f)).parent == Path(fbnas.__file__).parent / "spaces"
                for f in spaces.values())
     assert load_space("tiny").name == "tiny"
