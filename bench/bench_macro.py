@@ -151,12 +151,17 @@ def score_run(args, out: Path, truth, lut, space, lat) -> dict:
     return row
 
 
-def search(args) -> None:
+def setting(args) -> tuple:
+    """(space, table, truth, every network's predicted latency) of --config and --truth."""
     cfg = load_config(args.config, args.set)
     space = load_space(cfg.space)
     lut = load_lut(cfg.lut, space)
     truth = load_truth(args.truth, len(space.layers))
-    lat = space_latencies(lut, len(space.layers))
+    return space, lut, truth, space_latencies(lut, len(space.layers))
+
+
+def search(args) -> None:
+    space, lut, truth, lat = setting(args)
     todo = [(q, b, seed) for q, b in budgets(args, lat) for seed in args.seeds]
     if args.jobs > 1:  # searches side by side, each with its share of the threads
         import multiprocessing
@@ -173,11 +178,7 @@ def search(args) -> None:
 
 def score(args) -> None:
     """Rows for searches run elsewhere (fbnas train --target-ms on nasbench_macro)."""
-    cfg = load_config(args.config, args.set)
-    space = load_space(cfg.space)
-    lut = load_lut(cfg.lut, space)
-    truth = load_truth(args.truth, len(space.layers))
-    lat = space_latencies(lut, len(space.layers))
+    space, lut, truth, lat = setting(args)
     rows = []
     for run in args.runs:
         row = score_run(args, Path(run), truth, lut, space, lat)
@@ -275,11 +276,8 @@ def report(args) -> None:
     print_table(rows)
     summary(rows)
     if args.png:
-        cfg = load_config(args.config, args.set)
-        space = load_space(cfg.space)
-        lut = load_lut(cfg.lut, space)
-        draw(rows, load_truth(args.truth, len(space.layers)),
-             space_latencies(lut, len(space.layers)), Path(args.png))
+        _, _, truth, lat = setting(args)
+        draw(rows, truth, lat, Path(args.png))
 
 
 def main(argv: list[str] | None = None) -> None:
