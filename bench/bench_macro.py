@@ -15,9 +15,10 @@ latency and of MACs against the true accuracy.
 score: the same rows for search run directories made elsewhere (``fbnas train --target-ms``
 on ``nasbench_macro``), with the share of the space within their budget as the quantile.
 
-report: the table of --results and one picture: every network of the space as a grey point
-(true accuracy against predicted latency), the Pareto front, the budgets, found networks and
-controls.
+report: the table of --results, a summary per recipe, what two rules that need no search
+(most MACs within the budget, slowest within it) score at its budgets, and one picture:
+every network of the space as a grey point (true accuracy against predicted latency), the
+Pareto front, the budgets, found networks and controls.
 
     python bench/bench_macro.py search --quantiles 0.2 0.4 0.6 0.8 --seeds 0 1 2
     python bench/bench_macro.py search --target-ms 1.8 --seeds 0 --rank 50
@@ -237,6 +238,23 @@ def summary(rows: list[dict]) -> None:
               f"under the budget {land}/{len(mine)}")
 
 
+def simple_rules(rows: list[dict], truth, lut, lat: dict[str, float]) -> None:
+    """What rules that need no search score at each budget of ``rows``: the network with the
+    most MACs within the budget, and the slowest one (predicted) within it."""
+    macs = {k: lut.raw_sum(ops_of(k), "macs") for k in lat}
+    print("| budget ms | oracle (top-1 %) | most MACs within (top-1 %, percentile) | slowest "
+          "within (top-1 %, percentile) |")
+    print("|---|---|---|---|")
+    for b in sorted({r["budget_ms"] for r in rows}):
+        inside = [k for k in lat if lat[k] <= b * 1000]
+        cells = []
+        for pick in (max(inside, key=lambda k: macs[k]), max(inside, key=lambda k: lat[k])):
+            v = judge(truth, lat, b * 1000, pick)
+            cells.append(f"{pick} ({v.accuracy:.2f}, {v.percentile:.1f})")
+        v = judge(truth, lat, b * 1000, inside[0])  # for the oracle
+        print(f"| {b:g} | {v.oracle} ({v.oracle_accuracy:.2f}) | {cells[0]} | {cells[1]} |")
+
+
 def draw(rows: list[dict], truth, lat: dict[str, float], png: Path) -> None:
     import matplotlib
 
@@ -275,8 +293,9 @@ def report(args) -> None:
     rows = read_rows(Path(args.results))
     print_table(rows)
     summary(rows)
+    _, lut, truth, lat = setting(args)
+    simple_rules(rows, truth, lut, lat)
     if args.png:
-        _, _, truth, lat = setting(args)
         draw(rows, truth, lat, Path(args.png))
 
 
