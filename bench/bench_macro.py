@@ -291,6 +291,8 @@ def draw(rows: list[dict], truth, lat: dict[str, float], png: Path) -> None:
 
 def report(args) -> None:
     rows = read_rows(Path(args.results))
+    order = list(dict.fromkeys(r["recipe"] for r in rows))
+    rows.sort(key=lambda r: (order.index(r["recipe"]), r["budget_ms"], r["seed"]))
     print_table(rows)
     summary(rows)
     _, lut, truth, lat = setting(args)
