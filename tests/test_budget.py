@@ -375,6 +375,7 @@ def test_sample_hard_spends_the_searchs_floor_of_its_budget(tmp_path, space):
     entry = read_json(run / "arch.json", "arch")["architectures"]["search_hard"]
     ops = [b["op"] for b in entry["blocks"]]
     assert entry["sampling"]["floor"] == 0.9
+    assert f"within {budget:g} ms and at least {0.9 * budget:g} ms" in res.stdout
     assert 0.9 * budget * 1000 <= lut.predict(ops) <= budget * 1000
     res = cli("sample", run, "--hard", "--floor", 0, "--name", "under")
     assert res.exit_code == 0, res.output

@@ -86,7 +86,11 @@ def format_entry(entry: dict, lut=None) -> str:
     budget, prob = how.get("target_ms"), entry.get("probability")
     if how.get("method") == "argmax_under_budget" and isinstance(budget, (int, float)):
         chance = f" (probability {prob:.3g})" if isinstance(prob, (int, float)) else ""
-        lines.append(f"the most probable architecture predicted within {budget:g} ms{chance}")
+        floor = how.get("floor")
+        spend = (f" and at least {floor * budget:g} ms" if isinstance(floor, (int, float))
+                 and floor > 0 else "")
+        lines.append(f"the most probable architecture predicted within {budget:g} ms{spend}"
+                     f"{chance}")
     return "\n".join(lines)
 
 
