@@ -146,6 +146,7 @@ def profile(ctx, space_name, out, bundle, precision, networks, data_dir, jobs, f
     from fbnas.arch.space import load_space
     from fbnas.io import check_writable, refuse_overwrite
     from fbnas.latency.lut import LUT, profile_space, save_lut
+    from fbnas.machine import busy_warning
     from fbnas.latency.runtimes import make_runtime
 
     given = {p.name for p in ctx.command.params
@@ -234,6 +235,9 @@ def profile(ctx, space_name, out, bundle, precision, networks, data_dir, jobs, f
     space = load_space(space_name)
     refuse_overwrite(out, force)
     check_writable(out)  # before minutes of profiling, not after
+    busy = busy_warning(threads, "profiling")
+    if busy:  # other processes' threads inflate every timing, and not evenly
+        click.echo(f"warning: {busy}; a table timed now is not to be trusted", err=True)
     rt = make_runtime(runtime, threads)  # shared with --check, which re-times the entries
     data = profile_space(space, threads=threads, batch=batch, rounds=rounds,
                          extra_time=extra_time, block_time=block_time, seed=seed,

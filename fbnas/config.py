@@ -185,6 +185,9 @@ class RetrainConfig:
     zero_init_residual: bool = True
     # the total gradient norm per step is cut to this (0: off); see Retrain.before_step
     clip_grad_norm: float = 2.0
+    # channels_last: NHWC tensors, where CPU depthwise and 1x1 convs run fastest (the same
+    # math, other rounding); contiguous: NCHW, how runs saved before this key trained
+    memory_format: str = _choices("channels_last", "contiguous", default="channels_last")
 
 
 @dataclass
@@ -194,6 +197,9 @@ class RunConfig:
     threads: Optional[int] = None  # torch intra-op threads per process (None = torch default)
     log_every: int = 20  # steps between TensorBoard scalar points
     progress: bool = True  # progress bars on a terminal
+    # bf16: training steps' forward under bfloat16 autocast (evaluation stays fp32); pays
+    # only on CPUs with native bf16 (AVX512_BF16 or AMX), see docs/speed.md
+    precision: str = _choices("fp32", "bf16", default="fp32")
 
 
 @dataclass
@@ -406,7 +412,7 @@ _RENAMED = {("search", "cost"): {"flops": "macs"}}
 # under its budget, however far under
 _ADDED = {("loss", "target_on"): "sample", ("retrain", "zero_init_residual"): False,
           ("search", "theta_relaxation"): "gumbel", ("retrain", "clip_grad_norm"): 0.0,
-          ("loss", "target_floor"): 0.0}
+          ("loss", "target_floor"): 0.0, ("retrain", "memory_format"): "contiguous"}
 
 
 def from_saved(values: dict) -> Config:

@@ -448,3 +448,12 @@ def test_retrains_saved_before_zero_init_resume_as_they_ran():
     saved = load_config(None, []).to_dict()
     del saved["retrain"]["zero_init_residual"]
     assert from_saved(saved).retrain.zero_init_residual is False
+
+
+def test_retrains_saved_before_channels_last_resume_in_nchw():
+    from fbnas.config import from_saved, load_config
+
+    assert load_config(None, []).retrain.memory_format == "channels_last"
+    saved = load_config(None, []).to_dict()
+    del saved["retrain"]["memory_format"]
+    assert from_saved(saved).retrain.memory_format == "contiguous"

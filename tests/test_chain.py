@@ -125,3 +125,45 @@ def test_retrain_clip_must_not_be_negative():
 
     with pytest.raises(FbnasError, match="retrain.clip_grad_norm must be >= 0"):
         load_config(None, ["retrain.clip_grad_norm=-1"])
+
+
+def _retrain_tiny(tmp_path, name: str, *sets: str) -> dict:
+    from fbnas.arch.space import load_space
+    from fbnas.config import load_config
+    from fbnas.runs.retrain import run_retrain
+
+    space = load_space("tiny")
+    arch = tmp_path / "a.json"
+    arch.write_text(json.dumps(space.definition([l.candidates[1] for l in space.layers], "a")))
+    cfg = load_config(None, [f"retrain.arch={arch}", f"data.dir={CIFAR_SUBSET}",
+                             "data.limit=200", "data.batch_size=32", "retrain.epochs=1",
+                             "run.threads=1", "run.progress=false", "run.device=cpu", *sets])
+    run_retrain(cfg, tmp_path / name, echo=lambda m: None)
+    return load_checkpoint(tmp_path / name)
+
+
+def test_retrain_memory_format_changes_rounding_only(tmp_path):
+    """channels_last (the default) trains the same network as NCHW up to float rounding, and
+    its checkpoint holds the same weights, in whichever layout, under the same keys."""
+    nhwc = _retrain_tiny(tmp_path, "nhwc")
+    nchw = _retrain_tiny(tmp_path, "nchw", "retrain.memory_format=contiguous")
+    assert nhwc["config"]["retrain"]["memory_format"] == "channels_last"
+    assert nhwc["model"].keys() == nchw["model"].keys()
+    convs = [k for k, v in nhwc["model"].items() if v.dim() == 4]
+    assert any(nhwc["model"][k].is_contiguous(memory_format=torch.channels_last)
+               and not nhwc["model"][k].is_contiguous() for k in convs)
+    for k in nhwc["model"]:
+        assert torch.allclose(nhwc["model"][k].float(), nchw["model"][k].float(),
+                              rtol=1e-3, atol=1e-4), k
+    a, b = nhwc["history"][-1], nchw["history"][-1]
+    assert abs(a["weights_ce"] - b["weights_ce"]) < 1e-4
+
+
+def test_retrain_in_bf16_trains_like_fp32(tmp_path):
+    """run.precision: bf16 autocasts the training forward: other rounding, the same course
+    (mean training CE of the epoch within 0.05 of fp32's), fp32 weights saved."""
+    bf16 = _retrain_tiny(tmp_path, "bf16", "run.precision=bf16")
+    fp32 = _retrain_tiny(tmp_path, "fp32")
+    assert all(v.dtype == torch.float32 for v in bf16["model"].values() if v.is_floating_point())
+    a, b = bf16["history"][-1]["weights_ce"], fp32["history"][-1]["weights_ce"]
+    assert a != b and abs(a - b) < 0.05

@@ -27,6 +27,7 @@ from torch import nn
 from fbnas.config import Config, dump
 from fbnas.errors import FbnasError
 from fbnas.io import atomic_write
+from fbnas.machine import busy_warning, precision_warning
 from fbnas.progress import Progress
 from fbnas.runs.checkpoint import CHECKPOINT_FORMAT, check_resumable, save_checkpoint
 from fbnas.runs.data import BatchLoader, Dataset
@@ -215,6 +216,13 @@ class Trainer:
         if self.info.is_main:
             logger.warning(f"warning: {msg}")
 
+    def precision(self):
+        """The context a training step's forward runs in: bfloat16 autocast under
+        ``run.precision: bf16`` (losses and softmaxes stay fp32, as autocast keeps them)."""
+        if self.cfg.run.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return nullcontext()
+
     def _load_data(self) -> None:
         rd = load_run_data(self.cfg, self.info, self.device, self.resolution, self.num_classes,
                            self.in_channels)
@@ -318,7 +326,8 @@ class Trainer:
             # average once, in the backward of the last micro-batch of each step
             sync = nullcontext() if last_micro or not self.info.enabled else self.model.no_sync()
             with sync:
-                loss, ce, cost, factor = self.forward_loss(x, y, epoch, phase)
+                with self.precision():
+                    loss, ce, cost, factor = self.forward_loss(x, y, epoch, phase)
                 step = across_ranks(StepFigures.of(loss, ce, cost, factor), self.info,
                                     self.device)
                 if step is None:
@@ -442,6 +451,10 @@ class Trainer:
         if self.epoch == 0 and self.position == 0:
             self.log(self.describe())
             self.log(f"data: {self.data.how}")
+            for warning in (busy_warning(self.cfg.run.threads, "training"),
+                            precision_warning(self.cfg.run.precision, self.device)):
+                if warning:
+                    self.warn(warning)
             for warning in self.skip_warnings():  # what the scan of a folder skipped
                 self.warn(warning)
         elif self.epoch >= self.epochs and self.position == 0:

@@ -1,0 +1,207 @@
+"""Training speed against the runtime's floor: a retrain step per path, and a theta step.
+
+Retrain steps (forward, label-smoothed CE, backward, gradient clip, SGD with momentum) of two
+networks, each path timed in one process, interleaved round by round in alternating order so
+that load from other processes hits every path alike; medians after a warm-up:
+
+  found-1.8ms  the 1.8 ms network of bench/results/budget.jsonl (fbnet_cifar), 32 px, batch 64
+  fbnet_c      FBNet-C (fbnet_imagenet), 224 px, batch 16
+
+Paths: ``nchw`` (fp32, the default memory format: how retrains ran before
+``retrain.memory_format``), ``channels_last`` (fp32, today's default), ``nchw-bf16`` and
+``channels_last-bf16`` (``run.precision: bf16``), and with --compile ``compiled``
+(channels_last, fp32, torch.compile; its compile time is printed apart). The floor is the
+same network's forward time in ONNX Runtime at the same batch and threads, times 3: a training
+step's forward, backward and update cost about three forwards.
+
+Theta steps of the fast fbnet_cifar supernet in hard mode, weights frozen as a theta step
+freezes them: ``relaxed`` (every candidate of every layer runs, weighted by the
+straight-through sample: today's default), and ``reinforce`` with 1 and 2 sampled paths (one
+network each, no gradient through the weights).
+
+Rows are appended to --results (bench/results/speed.jsonl) with the CPU model and threads.
+
+    python bench/bench_speed.py --threads 1
+    python bench/bench_speed.py --threads 1 --networks found-1.8ms --compile
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from fbnas.arch.definition import select
+from fbnas.arch.model import Network
+from fbnas.arch.space import load_space
+from fbnas.latency.lut import load_lut
+from fbnas.latency.measure import measure_latency
+from fbnas.latency.timing import cpu_model, set_threads
+from fbnas.machine import native_bf16
+
+PATHS = ("nchw", "channels_last", "nchw-bf16", "channels_last-bf16")
+
+
+def networks(args) -> dict[str, tuple[dict, int]]:
+    """name -> (model definition, batch) of each network --networks names."""
+    out = {}
+    for name in args.networks:
+        if name == "fbnet_c":
+            out[name] = (select("fbnet_c")[1], 16)
+            continue
+        target = float(name.removeprefix("found-").removesuffix("ms"))
+        rows = [json.loads(line) for line in open(args.budget_rows)]
+        rows = [r for r in rows if r["target_ms"] == target]
+        if not rows:
+            raise SystemExit(f"{args.budget_rows} has no row at {target} ms")
+        space = load_space(rows[-1].get("space", "fbnet_cifar"))
+        out[name] = (space.definition(rows[-1]["found"]["ops"], name=name), 64)
+    return out
+
+
+class Step:
+    """One path's training step on a fixed random batch, as fbnas.runs.retrain runs it."""
+
+    def __init__(self, defn: dict, batch: int, path: str):
+        torch.manual_seed(0)
+        self.net = Network(defn)
+        self.net.zero_init_residual()
+        self.cl = path.startswith("channels_last") or path == "compiled"
+        self.bf16 = path.endswith("bf16")
+        if self.cl:
+            self.net.to(memory_format=torch.channels_last)
+        self.model = torch.compile(self.net) if path == "compiled" else self.net
+        self.opt = torch.optim.SGD(self.net.parameters(), lr=0.01, momentum=0.9,
+                                   weight_decay=1e-4)
+        x = torch.randn(self.net.input_shape(batch))
+        self.x = x.contiguous(memory_format=torch.channels_last) if self.cl else x
+        self.y = torch.randint(defn["head"]["classes"], (batch,))
+
+    def __call__(self) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            logits = self.model(self.x)
+        F.cross_entropy(logits.float(), self.y, label_smoothing=0.1).backward()
+        torch.nn.utils.clip_grad_norm_(self.net.parameters(), 2.0)
+        self.opt.step()
+
+
+def interleaved(steps: dict, rounds: int, per_round: int, warmup: int) -> dict[str, float]:
+    """Median seconds per call of each callable, timed in interleaved, alternating rounds."""
+    for fn in steps.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in steps}
+    order = list(steps)
+    for r in range(rounds):
+        for name in (order if r % 2 == 0 else order[::-1]):
+            t0 = time.perf_counter()
+            for _ in range(per_round):
+                steps[name]()
+            times[name].append((time.perf_counter() - t0) / per_round)
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def retrain_rows(args) -> list[dict]:
+    rows = []
+    for name, (defn, batch) in networks(args).items():
+        paths = list(PATHS) + (["compiled"] if args.compile else [])
+        steps = {}
+        for p in paths:
+            t0 = time.perf_counter()
+            steps[p] = Step(defn, batch, p)
+            if p == "compiled":  # the first calls compile forward and backward
+                steps[p]()
+                steps[p]()
+                print(f"{name}: torch.compile took {time.perf_counter() - t0:.0f} s")
+        sec = interleaved(steps, args.rounds, args.steps, warmup=2)
+        ort, _ = measure_latency(defn, args.threads, batch, rounds=args.ort_rounds,
+                                 runtime="onnxruntime")
+        floor = 3 * ort["median"] / 1e6
+        base = sec["nchw"]
+        print(f"\n{name}, batch {batch}, {args.threads} thread(s): training step")
+        print(f"{'path':<20}{'ms/step':>10}{'images/s':>10}{'vs nchw':>9}{'vs floor':>10}")
+        for p, s in [*sec.items(), ("ort forward x 3", floor)]:
+            print(f"{p:<20}{s * 1e3:>10.1f}{batch / s:>10.1f}{base / s:>8.2f}x{s / floor:>9.2f}x")
+            rows.append({"what": "retrain step", "network": name, "batch": batch, "path": p,
+                         "ms": round(s * 1e3, 2), "images_per_s": round(batch / s, 1),
+                         "vs_nchw": round(base / s, 3), "vs_floor": round(s / floor, 3)})
+    return rows
+
+
+def theta_rows(args) -> list[dict]:
+    """Seconds per theta step of the fast supernet in hard mode, weights frozen."""
+    from fbnas.search.reinforce import log_probability, sample_paths, surrogate
+    from fbnas.search.supernet import Supernet
+
+    space = load_space("fbnet_cifar")
+    net = Supernet(space, load_lut(args.lut, space), impl="fast").to(
+        memory_format=torch.channels_last)
+    for p in net.weight_parameters():
+        p.requires_grad_(False)
+    x = torch.randn(args.theta_batch, 3, 32, 32).contiguous(memory_format=torch.channels_last)
+    y = torch.randint(10, (args.theta_batch,))
+    theta = net.theta_parameters()
+
+    def relaxed():
+        net.zero_grad(set_to_none=True)
+        logits, cost = net(x, tau=5.0, mode="hard", all_candidates=True)
+        (F.cross_entropy(logits, y) + cost / 1e6).backward()
+
+    def reinforce(n):
+        def step():
+            net.zero_grad(set_to_none=True)
+            paths = sample_paths(theta, n)
+            with torch.no_grad():
+                ces = torch.stack([F.cross_entropy(net(x, path=p)[0], y)
+                                   for p in paths.tolist()])
+            surrogate(log_probability(theta, paths), -ces, ces.mean()).backward()
+        return step
+
+    net.train()
+    sec = interleaved({"relaxed": relaxed, "reinforce-1": reinforce(1),
+                       "reinforce-2": reinforce(2)}, args.rounds, args.steps, warmup=2)
+    print(f"\nfbnet_cifar fast supernet, hard mode, batch {args.theta_batch}: theta step")
+    rows = []
+    for p, s in sec.items():
+        print(f"{p:<20}{s * 1e3:>10.1f} ms {sec['relaxed'] / s:>8.2f}x cheaper")
+        rows.append({"what": "theta step", "network": "fbnet_cifar supernet",
+                     "batch": args.theta_batch, "path": p, "ms": round(s * 1e3, 2),
+                     "vs_relaxed": round(sec["relaxed"] / s, 3)})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--networks", nargs="+", default=["found-1.8ms", "fbnet_c"])
+    ap.add_argument("--budget-rows", default="bench/results/budget.jsonl")
+    ap.add_argument("--lut", default="lookup_tables/fbnet_cifar_ort.json")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=3, help="steps per path per round")
+    ap.add_argument("--ort-rounds", type=int, default=30)
+    ap.add_argument("--theta-batch", type=int, default=64)
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile")
+    ap.add_argument("--skip-theta", action="store_true")
+    ap.add_argument("--results", default="bench/results/speed.jsonl")
+    args = ap.parse_args()
+    set_threads(args.threads)
+    rows = retrain_rows(args) + ([] if args.skip_theta else theta_rows(args))
+    stamp = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "cpu": cpu_model(),
+             "native_bf16": native_bf16(), "threads": args.threads, "torch": torch.__version__}
+    results = Path(args.results)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    with open(results, "a") as f:  # one write per row: an interrupted run leaves whole lines
+        for row in rows:
+            f.write(json.dumps({**stamp, **row}) + "\n")
+    print(f"\nappended {len(rows)} rows to {args.results}")
+
+
+if __name__ == "__main__":
+    main()
