@@ -40,7 +40,7 @@ from fbnas.arch.space import load_space
 from fbnas.config import load_config
 from fbnas.latency.lut import load_lut
 from fbnas.runs.checkpoint import load_checkpoint, load_search_checkpoint
-from fbnas.search.budget import ops_in_window
+from fbnas.search.budget import top_in_window
 from fbnas.search.groundtruth import (all_keys, judge, key_of, latency_quantile, load_truth,
                                       ops_of, pareto_front)
 from fbnas.search.run import run_search
@@ -127,12 +127,19 @@ def score_run(args, out: Path, truth, lut, space, lat) -> dict:
     hist = raw["history"]
     budget_us = ck.target_ms * 1000
     floor = cfg.loss.target_floor if args.floor is None else args.floor
-    found = ops_in_window(lut, space, ck.probs, budget_us, floor)
-    control = ops_in_window(lut, space, cost_only_theta(cfg, space, lut, theta_steps_taken(raw)),
-                            budget_us, floor)
+    k = cfg.search.rerank if args.rerank is None else args.rerank
+    control_probs = cost_only_theta(cfg, space, lut, theta_steps_taken(raw))
+    if ck.decision is not None and args.floor is None and args.rerank is None:
+        found = ck.decision  # the search's own one-shot check
+    else:
+        found = decide(out, lut, space, ck.probs, budget_us, floor, k)
+    # the control decides as the search does: its k most probable networks, scored one-shot
+    # on the search's weights where k > 1, so that only theta differs
+    control = decide(out, lut, space, control_probs, budget_us, floor, k)
     v, c = (judge(truth, lat, budget_us, key_of(ops)) for ops in (found, control))
     row = {
-        "budget_ms": ck.target_ms, "floor": floor, "seed": cfg.run.seed, "config": args.config,
+        "budget_ms": ck.target_ms, "floor": floor, "rerank": k if k > 1 else 0,
+        "seed": cfg.run.seed, "config": args.config,
         "sets": args.set, "recipe": args.recipe or "default",
         "found": key_of(found), "found_ms": round(lut.predict(found) / 1000, 4),
         "accuracy": round(v.accuracy, 3), "percentile": round(v.percentile, 1),
@@ -150,6 +157,18 @@ def score_run(args, out: Path, truth, lut, space, lat) -> dict:
     if args.rank:
         row["rank"] = rank_correlations(args, out, truth, lut, budget_us, lat)
     return row
+
+
+def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: int
+           ) -> list[str]:
+    """The network a search with theta ``probs`` returns: the most probable within the
+    window, or with ``k`` > 1 the best one-shot (on ``run_dir``'s weights) of the ``k`` most
+    probable, ties to the more probable, as Search.rerank decides."""
+    options = top_in_window(lut, space, probs, budget_us, floor, max(k, 1))
+    if len(options) == 1:
+        return options[0]
+    shot = one_shot(run_dir, [key_of(ops) for ops in options])
+    return options[max(range(len(options)), key=lambda i: (shot[i], -i))]
 
 
 def setting(args) -> tuple:
@@ -238,21 +257,43 @@ def summary(rows: list[dict]) -> None:
               f"under the budget {land}/{len(mine)}")
 
 
+def per_layer_fit(truth, keys: list[str]) -> dict[str, float]:
+    """The true accuracy's best per-layer additive fit (least squares on one indicator per
+    layer and candidate, over every network): the most a decision that scores layers
+    independently, as theta does, could know about this space."""
+    import numpy as np
+
+    width = max(int(c) for k in keys for c in k) + 1
+    x = np.zeros((len(keys), 1 + len(keys[0]) * width))
+    x[:, 0] = 1.0
+    for row, k in enumerate(keys):
+        for layer, c in enumerate(k):
+            x[row, 1 + layer * width + int(c)] = 1.0
+    w = np.linalg.lstsq(x, np.array([truth[k] for k in keys]), rcond=None)[0]
+    return dict(zip(keys, (x @ w).tolist()))
+
+
 def simple_rules(rows: list[dict], truth, lut, lat: dict[str, float]) -> None:
     """What rules that need no search score at each budget of ``rows``: the network with the
-    most MACs within the budget, and the slowest one (predicted) within it."""
+    most MACs within the budget, the slowest one (predicted) within it, and the best by the
+    per-layer fit to the truth itself (per_layer_fit) among those spending 90 to 100% of it:
+    the ceiling of any per-layer decision."""
     macs = {k: lut.raw_sum(ops_of(k), "macs") for k in lat}
+    fit = per_layer_fit(truth, sorted(lat))
     print("| budget ms | oracle (top-1 %) | most MACs within (top-1 %, percentile) | slowest "
-          "within (top-1 %, percentile) |")
-    print("|---|---|---|---|")
+          "within (top-1 %, percentile) | best per-layer fit to the truth, 90-100% (top-1 %, "
+          "percentile) |")
+    print("|---|---|---|---|---|")
     for b in sorted({r["budget_ms"] for r in rows}):
         inside = [k for k in lat if lat[k] <= b * 1000]
+        window = [k for k in inside if lat[k] >= 0.9 * b * 1000] or inside
         cells = []
-        for pick in (max(inside, key=lambda k: macs[k]), max(inside, key=lambda k: lat[k])):
+        for pick in (max(inside, key=lambda k: macs[k]), max(inside, key=lambda k: lat[k]),
+                     max(window, key=lambda k: fit[k])):
             v = judge(truth, lat, b * 1000, pick)
             cells.append(f"{pick} ({v.accuracy:.2f}, {v.percentile:.1f})")
         v = judge(truth, lat, b * 1000, inside[0])  # for the oracle
-        print(f"| {b:g} | {v.oracle} ({v.oracle_accuracy:.2f}) | {cells[0]} | {cells[1]} |")
+        print(f"| {b:g} | {v.oracle} ({v.oracle_accuracy:.2f}) | {' | '.join(cells)} |")
 
 
 def draw(rows: list[dict], truth, lat: dict[str, float], png: Path) -> None:
@@ -317,6 +358,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rank", type=int, default=0,
                     help="score this many random networks one-shot (Kendall tau)")
     ap.add_argument("--rank-seed", type=int, default=0)
+    ap.add_argument("--rerank", type=int, default=None,
+                    help="decide by the one-shot check of this many networks instead of the "
+                         "search's search.rerank (0: the most probable)")
     ap.add_argument("--floor", type=float, default=None,
                     help="decide with this loss.target_floor instead of the search's")
     ap.add_argument("--truth", default=TRUTH, help="NAS-Bench-Macro folder or file")

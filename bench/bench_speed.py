@@ -9,7 +9,8 @@ that load from other processes hits every path alike; medians after a warm-up:
 
 Paths: ``nchw`` (fp32, the default memory format: how retrains ran before
 ``retrain.memory_format``), ``channels_last`` (fp32, today's default), ``nchw-bf16`` and
-``channels_last-bf16`` (``run.precision: bf16``), and with --compile ``compiled``
+``channels_last-bf16`` (``run.precision: bf16``; only where the CPU has native bfloat16, or
+with --bf16), and with --compile ``compiled``
 (channels_last, fp32, torch.compile; its compile time is printed apart). The floor is the
 same network's forward time in ONNX Runtime at the same batch and threads, times 3: a training
 step's forward, backward and update cost about three forwards.
@@ -111,7 +112,8 @@ def interleaved(steps: dict, rounds: int, per_round: int, warmup: int) -> dict[s
 def retrain_rows(args) -> list[dict]:
     rows = []
     for name, (defn, batch) in networks(args).items():
-        paths = list(PATHS) + (["compiled"] if args.compile else [])
+        paths = [p for p in PATHS if native_bf16() or args.bf16 or not p.endswith("bf16")]
+        paths += ["compiled"] if args.compile else []
         steps = {}
         for p in paths:
             t0 = time.perf_counter()
@@ -188,19 +190,27 @@ def main() -> None:
     ap.add_argument("--ort-rounds", type=int, default=30)
     ap.add_argument("--theta-batch", type=int, default=64)
     ap.add_argument("--compile", action="store_true", help="also time torch.compile")
+    ap.add_argument("--bf16", action="store_true",
+                    help="time the bf16 paths even where the CPU only emulates bfloat16 (there "
+                         "they run several times slower than fp32 and are left out by default)")
     ap.add_argument("--skip-theta", action="store_true")
     ap.add_argument("--results", default="bench/results/speed.jsonl")
     args = ap.parse_args()
     set_threads(args.threads)
-    rows = retrain_rows(args) + ([] if args.skip_theta else theta_rows(args))
+    if not (native_bf16() or args.bf16):
+        print("this CPU has no native bfloat16 (avx512_bf16, amx_bf16): bf16 paths left out "
+              "(--bf16 times them anyway)")
     stamp = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "cpu": cpu_model(),
              "native_bf16": native_bf16(), "threads": args.threads, "torch": torch.__version__}
     results = Path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)
-    with open(results, "a") as f:  # one write per row: an interrupted run leaves whole lines
-        for row in rows:
-            f.write(json.dumps({**stamp, **row}) + "\n")
-    print(f"\nappended {len(rows)} rows to {args.results}")
+    parts = [retrain_rows] + ([] if args.skip_theta else [theta_rows])
+    for part in parts:  # each table's rows as soon as it is measured
+        rows = part(args)
+        with open(results, "a") as f:
+            for row in rows:
+                f.write(json.dumps({**stamp, **row}) + "\n")
+        print(f"appended {len(rows)} rows to {args.results}")
 
 
 if __name__ == "__main__":

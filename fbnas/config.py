@@ -114,6 +114,10 @@ class SearchConfig:
     weight_sampling: str = _choices("theta", "uniform", default="theta")
     theta_paths: int = 1
     reinforce_momentum: float = 0.9
+    # under a budget, after the last epoch: the rerank most probable networks within the
+    # budget's window are scored one-shot on the held-out split (BN re-estimated for each) and
+    # the best is the found network; 0 or 1: the most probable one (docs/search.md, Rerank)
+    rerank: int = 8
 
 
 @dataclass
@@ -343,6 +347,8 @@ def validate(cfg: Config) -> Config:
     need(s.accumulate >= 1, "config key search.accumulate must be at least 1")
     need(1 <= s.theta_paths <= 64, "config key search.theta_paths must be from 1 to 64 (the "
                                    "networks a REINFORCE theta step runs)")
+    need(0 <= s.rerank <= 64, "config key search.rerank must be from 0 to 64 (the networks "
+                              f"scored one-shot after the search), got {s.rerank}")
     need(0 <= s.reinforce_momentum < 1, "config key search.reinforce_momentum must be in "
                                         f"[0, 1), got {s.reinforce_momentum:g}")
     need(s.temperature.initial > 0, "config key search.temperature.initial must be positive")
@@ -412,7 +418,8 @@ _RENAMED = {("search", "cost"): {"flops": "macs"}}
 # under its budget, however far under
 _ADDED = {("loss", "target_on"): "sample", ("retrain", "zero_init_residual"): False,
           ("search", "theta_relaxation"): "gumbel", ("retrain", "clip_grad_norm"): 0.0,
-          ("loss", "target_floor"): 0.0, ("retrain", "memory_format"): "contiguous"}
+          ("loss", "target_floor"): 0.0, ("retrain", "memory_format"): "contiguous",
+          ("search", "rerank"): 0}
 
 
 def from_saved(values: dict) -> Config:

@@ -399,3 +399,59 @@ def test_how_decided_each_layer_is():
     fig = theta_heatmap([[0.9, 0.1], [0.5, 0.5]], [["a", "b"], ["a", "b"]])
     entropy = fig.axes[0].child_axes[0]  # printed right of each row
     assert [t.get_text() for t in entropy.get_yticklabels()] == ["0.47", "1.00"]
+
+
+@pytest.mark.parametrize("tname", ["shipped", "steep"])
+def test_top_in_window_lists_the_most_probable_networks_that_spend_the_budget(space, tname):
+    """Against brute force: distinct networks inside the window, the first ops_in_window's,
+    and the i-th at least as probable as the i-th most probable network clear of the grid's
+    margins; where none reaches the floor, networks under the budget."""
+    from fbnas.search.budget import top_in_window
+
+    lut = table(TABLES[tname])
+    archs = every_architecture(space)
+    pred = [lut.predict(ops) for ops in archs]
+    for theta_name, probs in thetas(space).items():
+        lp = [logp_of(space, probs, ops) for ops in archs]
+        for budget in budgets(lut, archs)[2:-1]:
+            for floor in (0.0, 0.9):
+                got = top_in_window(lut, space, probs, budget, floor, 5)
+                assert got[0] == ops_in_window(lut, space, probs, budget, floor)
+                assert len({tuple(o) for o in got}) == len(got)
+                assert all(lut.predict(o) <= budget for o in got)
+                margin = 0.5 * len(space.layers) * budget / 20_000 * 3
+                clear = sorted((lp[i] for i in range(len(archs))
+                                if floor * budget + margin <= pred[i] <= budget - margin),
+                               reverse=True)
+                if floor and clear:
+                    assert all(lut.predict(o) >= floor * budget for o in got)
+                mine = [logp_of(space, probs, o) for o in got]
+                for i, want in enumerate(clear[:5]):
+                    assert i < len(mine) and mine[i] >= want - 1e-9, (theta_name, budget, floor)
+
+
+def test_sample_hard_returns_the_searchs_one_shot_pick_at_its_budget(tmp_path, space):
+    """A search that recorded its last-epoch one-shot pick (search.rerank) is sampled as that
+    network at its own budget and floor; another budget or floor decides by theta again."""
+    lut = load_lut(TINY)
+    loose = round(lut.predict(["k3_e3"] * len(space.layers)) / 1000 * 1.01, 3)
+    pick = ["k3_e1"] + ["k3_e3"] * (len(space.layers) - 1)
+    cfg = {"loss": {"form": "target", "target_ms": loose, "target_floor": 0.0},
+           "search": {"cost": "latency"}}
+    data = read_json(TINY, "lookup table")
+    data["environment"].pop("cpu", None)
+    lut_path = tmp_path / "tiny.json"
+    write_json(lut_path, data)
+    run = make_run(tmp_path, space, lut_path, config=cfg,
+                   theta=peaked_theta(space, ["k3_e3"] * len(space.layers)),
+                   decision={"ops": pick, "rank": 1, "candidates": []})
+    res = cli("sample", run, "--hard")
+    assert res.exit_code == 0, res.output
+    entry = read_json(run / "arch.json", "arch")["architectures"]["search_hard"]
+    assert [b["op"] for b in entry["blocks"]] == pick
+    assert entry["sampling"]["method"] == "one_shot_rerank"
+    res = cli("sample", run, "--hard", "--floor", 0.5, "--name", "other")
+    assert res.exit_code == 0, res.output
+    other = read_json(run / "arch.json", "arch")["architectures"]["other"]
+    assert [b["op"] for b in other["blocks"]] == ["k3_e3"] * len(space.layers)
+    assert other["sampling"]["method"] == "argmax_under_budget"

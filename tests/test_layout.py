@@ -2,7 +2,7 @@
 
 arch (what a network is) -> latency (what it costs) -> runs (how a network trains) ->
 search (the supernet and theta) -> cli on top. The shared top-level modules (errors, io,
-resources, progress) import no subpackage; config reads search spaces (arch). An import that
+resources, progress, machine) import no subpackage; config reads search spaces (arch). An import that
 ran the other way would tie a lower step to a higher one: a table could not be profiled
 without the trainer, for example.
 """
@@ -15,8 +15,11 @@ import fbnas
 PACKAGE = Path(fbnas.__file__).parent
 ORDER = ["arch", "latency", "runs", "search"]
 # top-level modules and the subpackages each may import
-TOP = {"errors": [], "io": [], "resources": [], "progress": [], "config": ["arch"],
+TOP = {"errors": [], "io": [], "resources": [], "progress": [], "machine": [], "config": ["arch"],
        "__init__": ["arch"], "__main__": [], "cli": ORDER}
+
+
+SHARED = {"errors", "io", "resources", "progress", "machine"}
 
 
 def imports_of(path: Path) -> set[str]:
@@ -53,7 +56,7 @@ def test_no_import_runs_up_the_chain():
         for target in imports_of(path) & set(ORDER):
             if target not in allowed:
                 upward.append(f"{rel} imports fbnas.{target}")
-        if len(rel.parts) == 1 and path.stem in ("errors", "io", "resources", "progress"):
+        if len(rel.parts) == 1 and path.stem in SHARED:
             # the shared modules import nothing above them either
-            assert imports_of(path) <= {"errors", "io", "resources", "progress"}, rel
+            assert imports_of(path) <= SHARED, rel
     assert not upward, upward

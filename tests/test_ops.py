@@ -52,3 +52,16 @@ def test_grouped_block_shuffles_channels():
 
     x = torch.arange(4.0).view(1, 4, 1, 1)
     assert ChannelShuffle(2)(x).flatten().tolist() == [0.0, 2.0, 1.0, 3.0]
+
+
+def test_channel_shuffle_keeps_channels_last_and_the_same_values():
+    """A channels_last input is shuffled in place of layout: the same tensor values as the
+    NCHW shuffle, still channels_last (no conversion before the next conv)."""
+    from fbnas.arch.ops import ChannelShuffle
+
+    x = torch.randn(2, 12, 5, 3)
+    for groups in (2, 3, 4):
+        plain = ChannelShuffle(groups)(x)
+        nhwc = ChannelShuffle(groups)(x.contiguous(memory_format=torch.channels_last))
+        assert torch.equal(plain, nhwc)
+        assert nhwc.is_contiguous(memory_format=torch.channels_last) and plain.is_contiguous()

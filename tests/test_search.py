@@ -317,3 +317,27 @@ def test_cli_budget_below_the_fastest_network_is_one_line_error(tmp_path, tiny_l
     assert r.exit_code == 1 and "Traceback" not in r.output
     assert f"{_fastest_ms(tiny_lut_data):.3f}" in r.output
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_budget_search_ends_with_a_one_shot_check_of_its_most_probable_networks(
+        tmp_path, tiny_lut_file, tiny_lut_data):
+    """search.rerank: after the last epoch the most probable networks within the budget are
+    scored one-shot and the best is the found network, recorded in the checkpoint (what
+    fbnas sample --hard returns) and the epoch's line; 0 keeps the most probable one."""
+    budget = round(2.5 * _fastest_ms(tiny_lut_data), 6)
+    sets = {"loss.form": "target", "loss.target_ms": budget, "search.mode": "hard"}
+    result = run_search(small_config(tiny_lut_file, **sets, **{"search.rerank": 3}),
+                        tmp_path / "check", echo=quiet)
+    ckpt = load_checkpoint(tmp_path / "check/checkpoints/last.pt")
+    d = ckpt["decision"]
+    assert 2 <= len(d["candidates"]) <= 3
+    scores = [c["val_top1"] for c in d["candidates"]]
+    assert d["ops"] == d["candidates"][d["rank"]]["ops"] and scores[d["rank"]] == max(scores)
+    assert result["found_ops"] == d["ops"]
+    first, last = result["history"]
+    assert "rerank_moved" not in first and last["rerank_moved"] == d["rank"]
+    assert last["found_val_top1"] == max(scores)
+    assert "best one-shot of the 3 most probable" in (tmp_path / "check/train.log").read_text()
+    run_search(small_config(tiny_lut_file, **sets, **{"search.rerank": 0}), tmp_path / "plain",
+               echo=quiet)
+    assert load_checkpoint(tmp_path / "plain/checkpoints/last.pt")["decision"] is None

@@ -173,7 +173,14 @@ class ChannelShuffle(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, c, h, w = x.shape
-        return x.view(n, self.groups, c // self.groups, h, w).transpose(1, 2).reshape(n, c, h, w)
+        g = self.groups
+        if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) \
+                and not x.is_contiguous():
+            # shuffle within each pixel's channel vector, so the result stays channels_last
+            # (the NCHW reshape below would return NCHW, and the next conv convert it back)
+            nhwc = x.permute(0, 2, 3, 1).reshape(n, h, w, g, c // g).transpose(3, 4)
+            return nhwc.reshape(n, h, w, c).permute(0, 3, 1, 2)
+        return x.view(n, g, c // g, h, w).transpose(1, 2).reshape(n, c, h, w)
 
 
 def conv_bn(c_in: int, c_out: int, kernel: int, stride: int = 1, groups: int = 1,

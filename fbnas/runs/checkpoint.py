@@ -213,6 +213,8 @@ class SearchCheckpoint:
     hash: str
     #: the run's config as the checkpoint stores it (a plain dict)
     config: dict = field(default_factory=dict)
+    #: the architecture the search's last-epoch one-shot check picked (search.rerank), if any
+    decision: list[str] | None = None
 
     @property
     def target_ms(self) -> float | None:
@@ -279,7 +281,17 @@ def load_search_checkpoint(path: str | Path) -> SearchCheckpoint:
         epoch=int(epoch) if isinstance(epoch, int) else -1,
         lut_path=ck.get("lut_path") if isinstance(ck.get("lut_path"), str) else None,
         lut_hash=ck.get("lut_hash") if isinstance(ck.get("lut_hash"), str) else None,
-        hash=file_hash(ckpt_path), config=ck["config"])
+        hash=file_hash(ckpt_path), config=ck["config"], decision=_decision(ck, space))
+
+
+def _decision(ck: dict, space: SearchSpace) -> list[str] | None:
+    """The ops of the search's recorded one-shot pick, if it holds a valid one."""
+    d = ck.get("decision")
+    ops = d.get("ops") if isinstance(d, dict) else None
+    if not isinstance(ops, list) or len(ops) != len(space.layers) or not all(
+            isinstance(o, str) and o in layer.candidates for o, layer in zip(ops, space.layers)):
+        return None
+    return list(ops)
 
 
 def load_weights(model: Network, path: str | Path) -> str:

@@ -502,3 +502,60 @@ def ops_in_window(lut, space, probs, budget_us: float, floor: float,
     ops = [layer.candidates[i] for layer, i in zip(space.layers, reversed(path))]
     # the margin makes this hold; should rounding ever defeat it, the plain rule still fits
     return ops if floor * budget_us <= lut.predict(ops) <= budget_us else plain
+
+
+def top_in_window(lut, space, probs, budget_us: float, floor: float, k: int,
+                  warn: Warn = warn_stderr) -> list[list[str]]:
+    """Up to ``k`` architectures, most probable first, whose predicted latency lies between
+    ``floor`` times the budget and the budget (the whole budget where none reaches the floor
+    or ``floor`` is 0); the first is always :func:`ops_in_window`'s answer.
+
+    The same grid program as :func:`ops_in_window`, keeping the ``k`` best partial networks
+    of every latency cell instead of one: these are the candidates a search's one-shot check
+    (``search.rerank``) compares.
+    """
+    first = ops_in_window(lut, space, probs, budget_us, floor, warn)
+    if k <= 1:
+        return [first]
+    costs = _layer_costs(lut, space)
+    fixed = lut.fixed_cost()
+    high = raw_limit(lut, budget_us) - fixed
+    a, b = lut.calibration or (1.0, 0.0)
+    cell = high / WINDOW_CELLS
+    margin = 0.5 * len(costs) * cell
+    hi_cell = math.floor((high - margin) / cell)
+    lo_cell = max(0, math.ceil(((floor * budget_us - b) / a - fixed + margin) / cell))
+    if floor <= 0 or lo_cell > hi_cell or lut.predict(first) < floor * budget_us:
+        lo_cell = 0  # nothing reaches the floor: as ops_in_window, the whole budget
+    n = hi_cell + 1
+    best = np.full((n, k), -np.inf)
+    best[0, 0] = 0.0
+    steps = []
+    for c, p in zip(costs, probs):
+        w = [int(round(x / cell)) for x in c]
+        lp = [math.log(float(x)) if x > 0 else -1e9 for x in p]
+        options = np.full((n, len(w), k), -np.inf)
+        for i, (wi, li) in enumerate(zip(w, lp)):
+            if wi < n:
+                options[wi:, i, :] = best[:n - wi] + li
+        flat = options.reshape(n, -1)
+        order = np.argsort(-flat, axis=1, kind="stable")[:, :k]
+        best = np.take_along_axis(flat, order, axis=1)
+        steps.append((order, w))
+    window = best[lo_cell:]
+    ranked = np.argsort(-window, axis=None, kind="stable")[:k]
+    found = [first]
+    for flat_at in ranked:
+        at, rank = divmod(int(flat_at), k)
+        at += lo_cell
+        if not np.isfinite(best[at, rank]):
+            break
+        path = []
+        for order, w in reversed(steps):
+            i, rank = divmod(int(order[at, rank]), k)
+            path.append(i)
+            at -= w[i]
+        ops = [layer.candidates[i] for layer, i in zip(space.layers, reversed(path))]
+        if ops not in found and lut.predict(ops) <= budget_us:
+            found.append(ops)
+    return found[:k]

@@ -142,6 +142,8 @@ class Search(Trainer):
         self.reward_baseline = (ckpt or {}).get("reward_baseline")
         self.argmax_track = dict((ckpt or {}).get("argmax_track") or
                                  {"steps": 0, "changed": 0, "ops": None})
+        # the last epoch's one-shot check of the most probable networks (Search.rerank)
+        self.decision = (ckpt or {}).get("decision")
 
     def _check_budget(self) -> None:
         """Refuse a budget no network of the space meets; warn of one it cannot spend."""
@@ -237,14 +239,39 @@ class Search(Trainer):
     def found_ops(self) -> list[str]:
         """The architecture ``fbnas sample --hard`` returns now: the argmax of theta, or under
         a budget the most probable architecture whose predicted latency is within it and, where
-        the space allows, at least ``loss.target_floor`` of it."""
+        the space allows, at least ``loss.target_floor`` of it; after the last epoch, the
+        one-shot check's pick (:meth:`rerank`) where it ran."""
         if self.budget_us is None:
             return self.net.argmax_ops()
+        if self.decision is not None:
+            return list(self.decision["ops"])
         from fbnas.search.budget import ops_in_window
 
         probs = [p.double().numpy() for p in self.net.probabilities()]
         return ops_in_window(self.lut, self.space, probs, self.budget_us,
                              self.cfg.loss.target_floor)
+
+    def rerank(self) -> dict | None:
+        """Score the ``search.rerank`` most probable networks within the budget's window
+        one-shot (val top-1 on the supernet's weights, BN re-estimated for each) and pick the
+        best; ties go to the more probable. None where there is nothing to compare.
+
+        Why: theta ends a short search with near-ties, and sometimes with a confident mistake
+        (skip in a layer the benchmark says matters most); the weights have seen every
+        candidate, and one pass over the held-out split tells the worst of those apart.
+        """
+        k = self.cfg.search.rerank
+        if self.budget_us is None or k <= 1 or self.val_loader is None:
+            return None
+        from fbnas.search.budget import top_in_window
+
+        probs = [p.double().numpy() for p in self.net.probabilities()]
+        options = top_in_window(self.lut, self.space, probs, self.budget_us,
+                                self.cfg.loss.target_floor, k)
+        scored = [{"ops": ops, "val_top1": self.evaluate(
+            self.val_loader, path=self.net.path_of(ops))["top1"]} for ops in options]
+        best = max(range(len(scored)), key=lambda i: (scored[i]["val_top1"], -i))
+        return {"ops": scored[best]["ops"], "rank": best, "candidates": scored}
 
     def build_model(self) -> Supernet:
         return build_supernet(self.cfg, self.space, self.lut)
@@ -270,7 +297,7 @@ class Search(Trainer):
                 "theta": self.net.theta_state(), "multiplier": self.multiplier,
                 "candidates": [list(l.candidates) for l in self.net.layers],
                 "argmax_track": dict(self.argmax_track),
-                "reward_baseline": self.reward_baseline}
+                "reward_baseline": self.reward_baseline, "decision": self.decision}
 
     def after_step(self, phase: str) -> None:
         if phase != "theta":
@@ -417,6 +444,7 @@ class Search(Trainer):
                 "argmax_skips": skip_count(ops), "layers": len(ops)}
 
     def epoch_evaluation(self, epoch: int) -> dict:
+        self.decision = self.rerank() if epoch == self.epochs - 1 else None
         ops = self.found_ops()
         probs = self.net.probabilities()
         record = {"found_cost": self.net.cost_of(ops), "found_skips": skip_count(ops),
@@ -429,7 +457,11 @@ class Search(Trainer):
             record["argmax_stable"] = stable
         # the next epoch counts its own theta steps; its first step compares with this argmax
         self.argmax_track.update(steps=0, changed=0)
-        if self.val_loader is not None:
+        if self.decision is not None:
+            record["found_val_top1"] = self.decision["candidates"][self.decision["rank"]][
+                "val_top1"]
+            record["rerank_moved"] = self.decision["rank"]
+        elif self.val_loader is not None:
             ev = self.evaluate(self.val_loader, path=self.net.path_of(ops))
             record["found_val_top1"] = ev["top1"]
         return record
@@ -454,6 +486,9 @@ class Search(Trainer):
             found += f" (multiplier {r['multiplier']:+.3f})"
         if "found_val_top1" in r:
             found += f" val top1 {r['found_val_top1']:.2f}%"
+        if "rerank_moved" in r:
+            found += (f" (best one-shot of the {self.cfg.search.rerank} most probable: "
+                      f"#{r['rerank_moved'] + 1})")
         return [f"tau {r['temperature']:.3f}", found,
                 f"expected {format_cost(r['cost_expected'], metric)}, max p "
                 f"{r['theta_decided']:.2f}"]

@@ -113,7 +113,9 @@ def sample_architectures(ck: SearchCheckpoint, lut, hard: bool, num: int = 1, se
 
     With ``target_us``, the hard architecture is the most probable one whose (calibrated)
     predicted latency is at most ``target_us`` microseconds and, where any network of the
-    space reaches it, at least ``floor * target_us``.
+    space reaches it, at least ``floor * target_us``; at the search's own budget and floor,
+    the network its last-epoch one-shot check picked among those (``search.rerank``), where
+    it fits ``lut``'s prediction too.
     """
     if target_us is not None and not hard:
         raise UsageError("a latency budget (--target-ms) picks the most probable architecture "
@@ -123,8 +125,16 @@ def sample_architectures(ck: SearchCheckpoint, lut, hard: bool, num: int = 1, se
         if target_us is None:
             return [make_entry(ck, lut, hard_ops(ck.space, ck.probs), base,
                                {"method": "argmax"})]
-        ops = ops_in_window(lut, ck.space, ck.probs, target_us, floor)
-        how = {"method": "argmax_under_budget", "target_ms": round(target_us / 1000.0, 9)}
+        searched = (ck.target_ms is not None and abs(target_us - ck.target_ms * 1000) < 1e-6
+                    and floor == ck.target_floor and lut.predict(ck.decision or []) <= target_us
+                    if ck.decision is not None else False)
+        if searched:
+            # the search's own budget, floor and a table it fits: its one-shot check chose
+            ops = ck.decision
+            how = {"method": "one_shot_rerank", "target_ms": round(target_us / 1000.0, 9)}
+        else:
+            ops = ops_in_window(lut, ck.space, ck.probs, target_us, floor)
+            how = {"method": "argmax_under_budget", "target_ms": round(target_us / 1000.0, 9)}
         if floor:
             how["floor"] = floor
         return [make_entry(ck, lut, ops, base, how)]
