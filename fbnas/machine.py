@@ -46,7 +46,9 @@ def busy_warning(threads: int | None, what: str) -> str | None:
     cores = os.cpu_count() or 1
     want = threads or torch.get_num_threads()
     free = max(0.0, cores - load)
-    if want <= free + 0.5:  # half a core of slack: the shell, logging, the load's own lag
+    # three quarters of a core of slack: the 1-minute average still counts processes that
+    # just ended, and this one's own start; a whole core kept busy by others is what hurts
+    if want <= free + 0.75:
         return None
     return (f"the machine is busy: load average {load:.1f} on {cores} cores leaves "
             f"{free:.1f} free for {what} on {want} thread(s); {what} will run slower "

@@ -444,9 +444,13 @@ def test_sample_hard_returns_the_searchs_one_shot_pick_at_its_budget(tmp_path, s
     write_json(lut_path, data)
     run = make_run(tmp_path, space, lut_path, config=cfg,
                    theta=peaked_theta(space, ["k3_e3"] * len(space.layers)),
-                   decision={"ops": pick, "rank": 1, "candidates": []})
+                   decision={"ops": pick, "rank": 1, "candidates": [
+                       {"ops": ["k3_e3"] * len(space.layers), "val_top1": 10.0},
+                       {"ops": pick, "val_top1": 12.0}]})
     res = cli("sample", run, "--hard")
     assert res.exit_code == 0, res.output
+    assert "the best one-shot (the search's last-epoch check) of the 2 most probable " \
+           "architectures, #2 of them, predicted within" in res.stdout
     entry = read_json(run / "arch.json", "arch")["architectures"]["search_hard"]
     assert [b["op"] for b in entry["blocks"]] == pick
     assert entry["sampling"]["method"] == "one_shot_rerank"

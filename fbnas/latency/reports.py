@@ -84,13 +84,21 @@ def format_entry(entry: dict, lut=None) -> str:
                      f"{human(pred['params'])} params")
     how = entry.get("sampling") if isinstance(entry.get("sampling"), dict) else {}
     budget, prob = how.get("target_ms"), entry.get("probability")
-    if how.get("method") == "argmax_under_budget" and isinstance(budget, (int, float)):
+    method = how.get("method")
+    if method in ("argmax_under_budget", "one_shot_rerank") and isinstance(budget,
+                                                                        (int, float)):
         chance = f" (probability {prob:.3g})" if isinstance(prob, (int, float)) else ""
         floor = how.get("floor")
         spend = (f" and at least {floor * budget:g} ms" if isinstance(floor, (int, float))
                  and floor > 0 else "")
-        lines.append(f"the most probable architecture predicted within {budget:g} ms{spend}"
-                     f"{chance}")
+        what = "the most probable architecture"
+        if method == "one_shot_rerank":
+            rank, of = how.get("rank"), how.get("of")
+            what = (f"the best one-shot (the search's last-epoch check) of the {of} most "
+                    f"probable architectures, #{rank + 1} of them," if isinstance(rank, int)
+                    and isinstance(of, int) else "the search's one-shot pick among the most "
+                    "probable architectures")
+        lines.append(f"{what} predicted within {budget:g} ms{spend}{chance}")
     return "\n".join(lines)
 
 

@@ -215,6 +215,8 @@ class SearchCheckpoint:
     config: dict = field(default_factory=dict)
     #: the architecture the search's last-epoch one-shot check picked (search.rerank), if any
     decision: list[str] | None = None
+    #: (its place in probability order from 0, how many were scored) where there is one
+    decision_rank: tuple[int, int] | None = None
 
     @property
     def target_ms(self) -> float | None:
@@ -281,7 +283,19 @@ def load_search_checkpoint(path: str | Path) -> SearchCheckpoint:
         epoch=int(epoch) if isinstance(epoch, int) else -1,
         lut_path=ck.get("lut_path") if isinstance(ck.get("lut_path"), str) else None,
         lut_hash=ck.get("lut_hash") if isinstance(ck.get("lut_hash"), str) else None,
-        hash=file_hash(ckpt_path), config=ck["config"], decision=_decision(ck, space))
+        hash=file_hash(ckpt_path), config=ck["config"], decision=_decision(ck, space),
+        decision_rank=_decision_rank(ck))
+
+
+def _decision_rank(ck: dict) -> tuple[int, int] | None:
+    d = ck.get("decision")
+    if not isinstance(d, dict) or not isinstance(d.get("candidates"), list):
+        return None
+    rank = d.get("rank")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(
+            d["candidates"]):
+        return None
+    return rank, len(d["candidates"])
 
 
 def _decision(ck: dict, space: SearchSpace) -> list[str] | None:

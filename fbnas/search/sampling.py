@@ -125,13 +125,15 @@ def sample_architectures(ck: SearchCheckpoint, lut, hard: bool, num: int = 1, se
         if target_us is None:
             return [make_entry(ck, lut, hard_ops(ck.space, ck.probs), base,
                                {"method": "argmax"})]
-        searched = (ck.target_ms is not None and abs(target_us - ck.target_ms * 1000) < 1e-6
-                    and floor == ck.target_floor and lut.predict(ck.decision or []) <= target_us
-                    if ck.decision is not None else False)
+        searched = (ck.decision is not None and ck.target_ms is not None
+                    and abs(target_us - ck.target_ms * 1000) < 1e-6
+                    and floor == ck.target_floor and lut.predict(ck.decision) <= target_us)
         if searched:
             # the search's own budget, floor and a table it fits: its one-shot check chose
             ops = ck.decision
             how = {"method": "one_shot_rerank", "target_ms": round(target_us / 1000.0, 9)}
+            if ck.decision_rank is not None:
+                how["rank"], how["of"] = ck.decision_rank
         else:
             ops = ops_in_window(lut, ck.space, ck.probs, target_us, floor)
             how = {"method": "argmax_under_budget", "target_ms": round(target_us / 1000.0, 9)}
