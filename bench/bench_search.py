@@ -273,7 +273,10 @@ def budget(args) -> None:
     lut = load_lut(raw["config"]["lut"], ck.space)
     target_us = args.target_ms * 1000
     floor = ck.target_floor
-    found = ops_in_window(lut, ck.space, ck.probs, target_us, floor)
+    # what fbnas sample --hard returns: the search's one-shot pick where it made one. The
+    # control keeps the most probable rule (scoring it one-shot on these weights is what
+    # bench_macro.py does; here the retrains judge)
+    found = ck.decision or ops_in_window(lut, ck.space, ck.probs, target_us, floor)
     control_probs = cost_only_theta(cfg, ck.space, lut, theta_steps_taken(raw))
     control = ops_in_window(lut, ck.space, control_probs, target_us, floor)
     lat = lut.predict(found)

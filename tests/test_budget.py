@@ -261,15 +261,16 @@ def test_fbnet_cifar_budgets_are_solved_exactly():
 # --------------------------------------------------------------------------- fbnas sample
 
 
-def budget_run(tmp_path, space, config=None):
+def budget_run(tmp_path, space, config=None, prefer="k3_e3", **overrides):
     """A search run folder (the checkpoint contract, no training) over a copy of the shipped
-    tiny table, with theta preferring the slow k3_e3 everywhere."""
+    tiny table, with theta preferring ``prefer`` (the slow k3_e3) everywhere."""
     data = read_json(TINY, "lookup table")
     data["environment"].pop("cpu", None)
     lut_path = tmp_path / "tiny.json"
     write_json(lut_path, data)
-    theta = peaked_theta(space, ["k3_e3"] * len(space.layers))
-    return make_run(tmp_path, space, lut_path, theta=theta, config=config or {}), lut_path
+    theta = peaked_theta(space, [prefer] * len(space.layers))
+    return make_run(tmp_path, space, lut_path, theta=theta, config=config or {},
+                    **overrides), lut_path
 
 
 def test_sample_hard_target_ms_writes_the_best_entry_within_budget(tmp_path, space):
@@ -325,16 +326,26 @@ def test_sample_hard_uses_the_searchs_budget_unless_told_otherwise(tmp_path, spa
     assert entry["sampling"] == {"method": "argmax"}
 
 
+def window_setting(space, tname):
+    """(table, every architecture of the space, each one's predicted latency)."""
+    lut = table(TABLES[tname])
+    archs = every_architecture(space)
+    return lut, archs, [lut.predict(ops) for ops in archs]
+
+
+def window_thetas(space, archs):
+    """(name, probabilities, every architecture's log-probability) of each test theta."""
+    for theta_name, probs in thetas(space).items():
+        yield theta_name, probs, [logp_of(space, probs, ops) for ops in archs]
+
+
 @pytest.mark.parametrize("tname", list(TABLES))
 def test_ops_in_window_is_the_most_probable_network_that_spends_the_budget(space, tname):
     """Against brute force: inside [floor * T, T] wherever a network of the space is, and
     no network there more probable by more than a grid cell's rounding can explain; where
     none reaches the floor, the plain rule under T."""
-    lut = table(TABLES[tname])
-    archs = every_architecture(space)
-    pred = [lut.predict(ops) for ops in archs]
-    for theta_name, probs in thetas(space).items():
-        lp = [logp_of(space, probs, ops) for ops in archs]
+    lut, archs, pred = window_setting(space, tname)
+    for theta_name, probs, lp in window_thetas(space, archs):
         for budget in budgets(lut, archs)[1:-1]:
             for floor in (0.5, 0.9):
                 ops = ops_in_window(lut, space, probs, budget, floor)
@@ -364,12 +375,7 @@ def test_sample_hard_spends_the_searchs_floor_of_its_budget(tmp_path, space):
     budget = round(1.02 * lut.predict(one_block) / 1000, 4)  # far above all-skip
     cfg = {"loss": {"form": "target", "target_ms": budget, "target_floor": 0.9},
            "search": {"cost": "latency"}}
-    data = read_json(TINY, "lookup table")
-    data["environment"].pop("cpu", None)
-    lut_path = tmp_path / "tiny.json"
-    write_json(lut_path, data)
-    run = make_run(tmp_path, space, lut_path, config=cfg,
-                   theta=peaked_theta(space, ["skip"] * len(space.layers)))
+    run, _ = budget_run(tmp_path, space, config=cfg, prefer="skip")
     res = cli("sample", run, "--hard")
     assert res.exit_code == 0, res.output
     entry = read_json(run / "arch.json", "arch")["architectures"]["search_hard"]
@@ -408,11 +414,8 @@ def test_top_in_window_lists_the_most_probable_networks_that_spend_the_budget(sp
     margins; where none reaches the floor, networks under the budget."""
     from fbnas.search.budget import top_in_window
 
-    lut = table(TABLES[tname])
-    archs = every_architecture(space)
-    pred = [lut.predict(ops) for ops in archs]
-    for theta_name, probs in thetas(space).items():
-        lp = [logp_of(space, probs, ops) for ops in archs]
+    lut, archs, pred = window_setting(space, tname)
+    for theta_name, probs, lp in window_thetas(space, archs):
         for budget in budgets(lut, archs)[2:-1]:
             for floor in (0.0, 0.9):
                 got = top_in_window(lut, space, probs, budget, floor, 5)
@@ -438,15 +441,10 @@ def test_sample_hard_returns_the_searchs_one_shot_pick_at_its_budget(tmp_path, s
     pick = ["k3_e1"] + ["k3_e3"] * (len(space.layers) - 1)
     cfg = {"loss": {"form": "target", "target_ms": loose, "target_floor": 0.0},
            "search": {"cost": "latency"}}
-    data = read_json(TINY, "lookup table")
-    data["environment"].pop("cpu", None)
-    lut_path = tmp_path / "tiny.json"
-    write_json(lut_path, data)
-    run = make_run(tmp_path, space, lut_path, config=cfg,
-                   theta=peaked_theta(space, ["k3_e3"] * len(space.layers)),
-                   decision={"ops": pick, "rank": 1, "candidates": [
-                       {"ops": ["k3_e3"] * len(space.layers), "val_top1": 10.0},
-                       {"ops": pick, "val_top1": 12.0}]})
+    run, _ = budget_run(tmp_path, space, config=cfg,
+                        decision={"ops": pick, "rank": 1, "candidates": [
+                            {"ops": ["k3_e3"] * len(space.layers), "val_top1": 10.0},
+                            {"ops": pick, "val_top1": 12.0}]})
     res = cli("sample", run, "--hard")
     assert res.exit_code == 0, res.output
     assert "the best one-shot (the search's last-epoch check) of the 2 most probable " \
