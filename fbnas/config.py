@@ -202,7 +202,7 @@ class RunConfig:
     log_every: int = 20  # steps between TensorBoard scalar points
     progress: bool = True  # progress bars on a terminal
     # bf16: training steps' forward under bfloat16 autocast (evaluation stays fp32); pays
-    # only on CPUs with native bf16 (AVX512_BF16 or AMX), see docs/speed.md
+    # only on CPUs with native bf16 (AVX512_BF16 or AMX), see docs/retrain.md, Speed
     precision: str = _choices("fp32", "bf16", default="fp32")
 
 

@@ -39,7 +39,7 @@ class Retrain(Trainer):
         self.in_channels = self.definition["input"]["channels"]
         self.num_classes = self.definition["head"]["classes"]
         # NHWC runs the depthwise and 1x1 convs of these blocks 1.7x faster on a CPU
-        # (docs/speed.md); the weights are stored so and each batch is converted once
+        # (docs/retrain.md, Speed); the weights are stored so and each batch is converted once
         self.channels_last = r.memory_format == "channels_last"
 
     def lr_warmup_epochs(self) -> float:
