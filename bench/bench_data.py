@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fbnas.runs.data import BatchLoader, load_cifar10, load_dataset, make_splits
+from fbnas.data.data import BatchLoader, load_cifar10, load_dataset, make_splits
 
 TINY_224 = """name: tiny224
 description: The tiny space at 224 px (bench_data.py).
@@ -153,8 +153,8 @@ class TreeMemory:
 
 
 def loader_speed(folder: Path, size: int, batch: int, workers: int, batches: int) -> dict:
-    from fbnas.runs.folders import scan_folder
-    from fbnas.runs.stream import StreamLoader
+    from fbnas.data.folders import scan_folder
+    from fbnas.data.stream import StreamLoader
 
     index = scan_folder(folder)
     n = len(index.train)
@@ -234,7 +234,7 @@ def stream_mode(args) -> None:
 
 
 def throughput(args, big: Path) -> None:
-    from fbnas.runs.folders import scan_folder
+    from fbnas.data.folders import scan_folder
 
     t0 = time.perf_counter()
     index = scan_folder(big)

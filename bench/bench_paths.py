@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from fbnas.arch.space import load_space
 from fbnas.latency.lut import load_lut
-from fbnas.runs.data import BatchLoader, load_dataset, make_splits
+from fbnas.data.data import BatchLoader, load_dataset, make_splits
 from fbnas.search.supernet import Supernet
 
 

@@ -30,7 +30,7 @@ from fbnas.arch.space import SearchSpace
 from fbnas.config import from_saved
 from fbnas.latency.lut import load_lut
 from fbnas.runs.checkpoint import load_checkpoint, resolve_checkpoint
-from fbnas.runs.data import BatchLoader, load_dataset, make_splits
+from fbnas.data.data import BatchLoader, load_dataset, make_splits
 from fbnas.runs.rundir import RunPaths
 from fbnas.search.run import (build_supernet, penalised_cost, search_loss, temperature,
                               theta_step_mode)

@@ -180,7 +180,7 @@ def profile(ctx, space_name, out, bundle, precision, networks, data_dir, jobs, f
             import torch
 
             from fbnas.latency.bundle import NETWORK_CALIBRATION_IMAGES
-            from fbnas.runs.data import load_dataset, normalize
+            from fbnas.data.data import load_dataset, normalize
 
             data = load_dataset(data_dir, "cifar10", resolution=space.resolution)
             pick = torch.randperm(len(data.train_images),
@@ -689,7 +689,7 @@ def classes(root, num, seed, out, link, force):
       fbnas classes /data/imagenet --num 100 --seed 0 --out imagenet100.txt --link data/imagenet100
     """
     from fbnas.io import atomic_write, refuse_overwrite
-    from fbnas.runs.folders import link_subset, pick_classes
+    from fbnas.data.folders import link_subset, pick_classes
 
     refuse_overwrite(out, force)
     if link is not None and link.exists():
@@ -842,7 +842,7 @@ def _export_int8(model, what: str, out: Path, data_dir: str, n_images: int, seed
     from fbnas.arch.quantize import quantize_int8, top1
     from fbnas.errors import warn_stderr
     from fbnas.io import atomic_write
-    from fbnas.runs.data import CIFAR_FOLDER, CIFAR_TRAIN_FILES, load_dataset, normalize
+    from fbnas.data.data import CIFAR_FOLDER, CIFAR_TRAIN_FILES, load_dataset, normalize
 
     defn = model.definition
     folder = Path(data_dir)
@@ -860,7 +860,7 @@ def _export_int8(model, what: str, out: Path, data_dir: str, n_images: int, seed
         raise UsageError(f"--calibration-images {n_images} is more than the {available} "
                          f"training images in {folder}; give at most {available}")
     pick = torch.randperm(available, generator=torch.Generator().manual_seed(seed))[:n_images]
-    # training normalises with the data set's mean and std (fbnas.runs.data.BatchLoader)
+    # training normalises with the data set's mean and std (fbnas.data.data.BatchLoader)
     images = normalize(data.train_images[pick], data.mean, data.std).numpy()
     batches = [images[i:i + INT8_CALIBRATION_BATCH]
                for i in range(0, n_images, INT8_CALIBRATION_BATCH)]

@@ -1,10 +1,12 @@
 """The package reads as the chain: each subpackage imports only from those before it.
 
-arch (what a network is) -> latency (what it costs) -> runs (how a network trains) ->
-search (the supernet and theta) -> cli on top. The shared top-level modules (errors, io,
-resources, progress, machine) import no subpackage; config reads search spaces (arch). An import that
-ran the other way would tie a lower step to a higher one: a table could not be profiled
-without the trainer, for example.
+arch (what a network is) -> latency (what it costs) -> data (what a run reads) -> runs
+(how a network trains) -> search (the supernet and theta) -> cli on top. data needs no
+network and no table, but the trainer reads it, so it sits between latency and runs. The
+shared top-level modules (errors, io, resources, progress, machine) import no subpackage;
+config reads search spaces (arch). An import that ran the other way would tie a lower step to
+a higher one: a table could not be profiled without the trainer, or a data folder checked
+without the training loop, for example.
 """
 
 import ast
@@ -13,7 +15,7 @@ from pathlib import Path
 import fbnas
 
 PACKAGE = Path(fbnas.__file__).parent
-ORDER = ["arch", "latency", "runs", "search"]
+ORDER = ["arch", "latency", "data", "runs", "search"]
 # top-level modules and the subpackages each may import
 TOP = {"errors": [], "io": [], "resources": [], "progress": [], "machine": [], "config": ["arch"],
        "__init__": ["arch"], "__main__": [], "cli": ORDER}
@@ -60,3 +62,12 @@ def test_no_import_runs_up_the_chain():
             # the shared modules import nothing above them either
             assert imports_of(path) <= SHARED, rel
     assert not upward, upward
+
+
+def test_data_imports_no_other_subpackage():
+    # the chain would let data import arch and latency; it needs neither, and keeping it so
+    # lets a data set be read and checked without a network or a table
+    allowed = SHARED | {"data"}
+    for path in (PACKAGE / "data").rglob("*.py"):
+        others = imports_of(path) - allowed
+        assert not others, f"{path.relative_to(PACKAGE)} imports {sorted(others)}"

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from fbnas.arch.space import SearchSpace
 from fbnas.latency.lut import LUT, profile_space
-from fbnas.runs.data import BatchLoader, load_dataset, make_splits
+from fbnas.data.data import BatchLoader, load_dataset, make_splits
 from fbnas.search.supernet import Supernet
 from tests.conftest import require_cifar_subset
 

@@ -24,7 +24,7 @@ from fbnas.arch.space import load_space
 from fbnas.cli import main
 from fbnas.errors import FbnasError
 from fbnas.io import write_json
-from fbnas.runs.data import BatchLoader, load_dataset
+from fbnas.data.data import BatchLoader, load_dataset
 from tests.conftest import REPO
 from tests.test_arch import assert_user_error
 

@@ -1,14 +1,14 @@
 """The data of a training run: its splits and the batch loaders over them.
 
 The training images are split once per seed into the search's weight, theta and held-out
-(validation) parts (see :func:`fbnas.runs.data.make_splits`); which parts a run trains on is the
+(validation) parts (see :func:`fbnas.data.data.make_splits`); which parts a run trains on is the
 run's choice (a search trains on two, a retraining on both together), the held-out part and
 the test set are scored the same way by every run. Each process scores a disjoint, unpadded
 share of them, so that counts summed over processes cover every image exactly once.
 
-CIFAR-10 and small image folders are held in memory (:class:`~fbnas.runs.data.BatchLoader`);
+CIFAR-10 and small image folders are held in memory (:class:`~fbnas.data.data.BatchLoader`);
 larger folders are streamed from disk by worker processes
-(:class:`~fbnas.runs.stream.StreamLoader`). ``data.loader: auto`` decides by the size the
+(:class:`~fbnas.data.stream.StreamLoader`). ``data.loader: auto`` decides by the size the
 decoded images would take against ``data.memory_mb``, and the run's log says which it chose.
 """
 
@@ -21,9 +21,9 @@ import torch
 
 from fbnas.config import Config
 from fbnas.errors import FbnasError, UsageError
-from fbnas.runs.data import BatchLoader, Dataset, load_cifar10, load_image_folder, make_splits
+from fbnas.data.data import BatchLoader, Dataset, load_cifar10, load_image_folder, make_splits
 from fbnas.runs.dist import DistInfo
-from fbnas.runs.folders import read_class_list, scan_folder
+from fbnas.data.folders import read_class_list, scan_folder
 
 
 @dataclass
@@ -75,7 +75,7 @@ def open_dataset(cfg: Config, resolution: int, world_size: int = 1) -> Dataset:
         data.how = (f"image folder {index.root}, {images} images decoded into memory at "
                     f"{size}x{size} ({why})")
         return data
-    from fbnas.runs.stream import sample_stats
+    from fbnas.data.stream import sample_stats
 
     workers = d.workers if d.workers >= 0 else default_workers(world_size)
     mean, std = sample_stats(index.train.files, size)
@@ -122,7 +122,7 @@ def loader(cfg: Config, data: Dataset, split: str, indices: torch.Tensor, batch_
     """A loader over ``indices`` of ``split`` ("train" or "test"), of the data's kind."""
     aug = cfg.data.augment
     if data.streamed:
-        from fbnas.runs.stream import StreamLoader
+        from fbnas.data.stream import StreamLoader
 
         part = data.files.train if split == "train" else data.files.test
         return StreamLoader(part.files, part.labels, indices, batch_size, train=train, seed=seed,

@@ -30,7 +30,7 @@ from fbnas.io import atomic_write
 from fbnas.machine import busy_warning, precision_warning
 from fbnas.progress import Progress
 from fbnas.runs.checkpoint import CHECKPOINT_FORMAT, check_resumable, save_checkpoint
-from fbnas.runs.data import BatchLoader, Dataset
+from fbnas.data.data import BatchLoader, Dataset
 from fbnas.runs.dist import DistInfo, all_reduce_sum, barrier, ranks_agree, sync_buffers
 from fbnas.runs.health import epoch_warnings
 from fbnas.runs.loaders import load_run_data, skipped_files, train_batches

@@ -12,9 +12,9 @@ import fbnas.runs.trainer as trainer_mod
 from fbnas.config import load_config
 from fbnas.errors import FbnasError
 from fbnas.runs.checkpoint import load_checkpoint
-from fbnas.runs.data import load_cifar10
-from fbnas.runs.folders import scan_folder
-from fbnas.runs.stream import StreamLoader, crop_box, sample_stats
+from fbnas.data.data import load_cifar10
+from fbnas.data.folders import scan_folder
+from fbnas.data.stream import StreamLoader, crop_box, sample_stats
 from fbnas.search.run import run_search
 from tests.conftest import require_cifar_subset
 from tests.test_search import quiet, same_state
@@ -219,7 +219,7 @@ def test_train_on_a_damaged_folder_is_one_line(damaged, tiny_lut_file, tmp_path)
 
 
 def test_a_resumed_epoch_does_not_decode_the_batches_it_discards(folder, monkeypatch):
-    import fbnas.runs.stream as stream
+    import fbnas.data.stream as stream
 
     index = scan_folder(folder)
     full = batches(index, 0)

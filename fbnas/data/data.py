@@ -3,7 +3,7 @@
 These datasets are held whole in memory as ``uint8`` tensors of shape N x 3 x R x R with
 ``int64`` labels; augmentation and normalisation run on a whole batch at once with tensor
 ops, so the input pipeline needs no worker processes and costs little next to a supernet
-step. Image folders too large for that are streamed from disk instead (``fbnas.runs.stream``).
+step. Image folders too large for that are streamed from disk instead (``fbnas.data.stream``).
 
 Reproducibility: the shuffle order and the augmentation of an epoch depend only on
 ``(seed, epoch)`` (and the rank, for augmentation), so a resumed run sees the same batches as
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from fbnas.errors import FbnasError, UsageError
-from fbnas.runs.folders import SKIP_HINT, FolderIndex, check_resolution, scan_folder
+from fbnas.data.folders import SKIP_HINT, FolderIndex, check_resolution, scan_folder
 
 CIFAR_FOLDER = "cifar-10-batches-py"
 CIFAR_TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
@@ -238,7 +238,7 @@ def load_image_folder(index: FolderIndex, resolution: int, skip_bad: bool = Fals
 
     Every image is scaled so its shorter side is ``resolution`` and centre-cropped to a square,
     once, at load time; the whole set then sits in memory (N * 3 * R * R bytes), which suits
-    small datasets only (larger ones stream, see ``fbnas.runs.stream``). With ``skip_bad`` an
+    small datasets only (larger ones stream, see ``fbnas.data.stream``). With ``skip_bad`` an
     image that fails to decode is dropped and added to ``index.skipped``.
     """
     check_resolution(resolution)

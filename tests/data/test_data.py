@@ -7,7 +7,7 @@ import torch
 from PIL import Image
 
 from fbnas.errors import FbnasError, UsageError
-from fbnas.runs.data import (CIFAR_MEAN, CIFAR_STD, BatchLoader, augment, channel_stats,
+from fbnas.data.data import (CIFAR_MEAN, CIFAR_STD, BatchLoader, augment, channel_stats,
                              load_dataset, make_splits, normalize)
 from tests.conftest import CIFAR_SUBSET as SUBSET
 
@@ -379,7 +379,7 @@ def test_image_folder_test_classes_must_exist_in_train(tmp_path):
 
 
 def test_class_lists_name_what_is_wrong(tmp_path):
-    from fbnas.runs.folders import read_class_list, scan_folder
+    from fbnas.data.folders import read_class_list, scan_folder
 
     for cls in ("a", "b"):
         save(tmp_path / "imgs" / "train" / cls / "0.png", (8, 8))
