@@ -41,7 +41,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fbnas.data.data import BatchLoader, load_cifar10, load_dataset, make_splits
+from fbnas.data.batches import BatchLoader
+from fbnas.data.cifar import load_cifar10
+from fbnas.data.memory import load_dataset
+from fbnas.data.splits import make_splits
 
 TINY_224 = """name: tiny224
 description: The tiny space at 224 px (bench_data.py).

@@ -21,8 +21,10 @@ import torch
 import torch.nn.functional as F
 
 from fbnas.arch.space import load_space
+from fbnas.data.batches import BatchLoader
+from fbnas.data.memory import load_dataset
+from fbnas.data.splits import make_splits
 from fbnas.latency.lut import load_lut
-from fbnas.data.data import BatchLoader, load_dataset, make_splits
 from fbnas.search.supernet import Supernet
 
 

@@ -28,9 +28,11 @@ import torch.nn.functional as F
 
 from fbnas.arch.space import SearchSpace
 from fbnas.config import from_saved
+from fbnas.data.batches import BatchLoader
+from fbnas.data.memory import load_dataset
+from fbnas.data.splits import make_splits
 from fbnas.latency.lut import load_lut
 from fbnas.runs.checkpoint import load_checkpoint, resolve_checkpoint
-from fbnas.data.data import BatchLoader, load_dataset, make_splits
 from fbnas.runs.rundir import RunPaths
 from fbnas.search.run import (build_supernet, penalised_cost, search_loss, temperature,
                               theta_step_mode)

@@ -179,8 +179,9 @@ def profile(ctx, space_name, out, bundle, precision, networks, data_dir, jobs, f
         if precision == "int8" and data_dir is not None:
             import torch
 
+            from fbnas.data.batches import normalize
+            from fbnas.data.memory import load_dataset
             from fbnas.latency.bundle import NETWORK_CALIBRATION_IMAGES
-            from fbnas.data.data import load_dataset, normalize
 
             data = load_dataset(data_dir, "cifar10", resolution=space.resolution)
             pick = torch.randperm(len(data.train_images),
@@ -688,8 +689,8 @@ def classes(root, num, seed, out, link, force):
     Example:
       fbnas classes /data/imagenet --num 100 --seed 0 --out imagenet100.txt --link data/imagenet100
     """
-    from fbnas.io import atomic_write, refuse_overwrite
     from fbnas.data.folders import link_subset, pick_classes
+    from fbnas.io import atomic_write, refuse_overwrite
 
     refuse_overwrite(out, force)
     if link is not None and link.exists():
@@ -840,9 +841,11 @@ def _export_int8(model, what: str, out: Path, data_dir: str, n_images: int, seed
 
     from fbnas.arch.export import EXAMPLE_BATCH, onnx_program
     from fbnas.arch.quantize import quantize_int8, top1
+    from fbnas.data.batches import normalize
+    from fbnas.data.cifar import CIFAR_FOLDER, CIFAR_TRAIN_FILES
+    from fbnas.data.memory import load_dataset
     from fbnas.errors import warn_stderr
     from fbnas.io import atomic_write
-    from fbnas.data.data import CIFAR_FOLDER, CIFAR_TRAIN_FILES, load_dataset, normalize
 
     defn = model.definition
     folder = Path(data_dir)
@@ -860,7 +863,7 @@ def _export_int8(model, what: str, out: Path, data_dir: str, n_images: int, seed
         raise UsageError(f"--calibration-images {n_images} is more than the {available} "
                          f"training images in {folder}; give at most {available}")
     pick = torch.randperm(available, generator=torch.Generator().manual_seed(seed))[:n_images]
-    # training normalises with the data set's mean and std (fbnas.data.data.BatchLoader)
+    # training normalises with the data set's mean and std (fbnas.data.batches.BatchLoader)
     images = normalize(data.train_images[pick], data.mean, data.std).numpy()
     batches = [images[i:i + INT8_CALIBRATION_BATCH]
                for i in range(0, n_images, INT8_CALIBRATION_BATCH)]

@@ -127,7 +127,7 @@ def test_cifar_labels_that_are_not_integers_are_refused(tmp_path):
 
     import numpy as np
 
-    from fbnas.data.data import load_dataset
+    from fbnas.data.memory import load_dataset
 
     folder = tmp_path / "cifar-10-batches-py"
     folder.mkdir()
@@ -143,7 +143,7 @@ def test_an_image_too_large_to_open_safely_names_the_file(tmp_path, monkeypatch)
     here so that the test need not write one."""
     from PIL import Image
 
-    from fbnas.data.data import load_dataset
+    from fbnas.data.memory import load_dataset
 
     for cls in ("a", "b"):
         (tmp_path / "train" / cls).mkdir(parents=True)

@@ -7,8 +7,10 @@ import torch
 import torch.nn.functional as F
 
 from fbnas.arch.space import SearchSpace
+from fbnas.data.batches import BatchLoader
+from fbnas.data.memory import load_dataset
+from fbnas.data.splits import make_splits
 from fbnas.latency.lut import LUT, profile_space
-from fbnas.data.data import BatchLoader, load_dataset, make_splits
 from fbnas.search.supernet import Supernet
 from tests.conftest import require_cifar_subset
 

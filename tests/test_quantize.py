@@ -22,9 +22,10 @@ from fbnas.arch.model import Network
 from fbnas.arch.quantize import METADATA_KEY, SETTINGS, qdq_counts, quantize_int8, top1
 from fbnas.arch.space import load_space
 from fbnas.cli import main
+from fbnas.data.batches import BatchLoader
+from fbnas.data.memory import load_dataset
 from fbnas.errors import FbnasError
 from fbnas.io import write_json
-from fbnas.data.data import BatchLoader, load_dataset
 from tests.conftest import REPO
 from tests.test_arch import assert_user_error
 

@@ -6,7 +6,7 @@ RandomResizedCrop (scale 0.08..1, aspect 3/4..4/3) to the network's resolution a
 horizontal flip for training; for evaluation the shorter side is resized to R / 0.875 and the
 centre R x R cropped (256 -> 224 at ImageNet's size).
 
-Reproducibility: the loader shares :class:`fbnas.data.data.BatchLoader`'s order and sharding,
+Reproducibility: the loader shares :class:`fbnas.data.batches.BatchLoader`'s order and sharding,
 a function of (seed, epoch, rank), and each image's crop and flip are drawn from a generator
 seeded by (seed, epoch, rank, image index). Which worker decodes an image therefore changes
 nothing: 0, 1 or 8 workers give the same batches, and a resumed run sees the batches of an
@@ -22,9 +22,11 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from fbnas.errors import FbnasError
-from fbnas.data.data import BatchLoader, _mix_seed
+from fbnas.data.batches import BatchLoader
+from fbnas.data.dataset import channel_stats
 from fbnas.data.folders import SKIP_HINT, open_rgb
+from fbnas.data.splits import mix_seed
+from fbnas.errors import FbnasError
 
 #: the shorter side is resized to resolution / EVAL_CROP before the centre crop
 EVAL_CROP = 0.875
@@ -103,7 +105,7 @@ class _Images(torch.utils.data.Dataset):
         except ValueError as e:
             return None, int(self.labels[i]), (path, f"cannot be decoded ({e})")
         if self.augment:
-            rng = np.random.default_rng(_mix_seed(self.seed, self.epoch, 2, self.rank, i))
+            rng = np.random.default_rng(mix_seed(self.seed, self.epoch, 2, self.rank, i))
             img = train_view(img, self.size, rng)
         else:
             img = eval_view(img, self.size)
@@ -193,8 +195,6 @@ def sample_stats(files: list[str], size: int, count: int = 256) -> tuple[tuple, 
     """Per-channel mean and std (0..1 units) estimated on ``count`` training images drawn
     with a fixed seed and viewed as for evaluation: they depend on the folder alone, and cost
     a few seconds instead of a pass over the whole set."""
-    from fbnas.data.data import channel_stats
-
     rng = np.random.default_rng(0)
     pick = sorted(rng.choice(len(files), size=min(count, len(files)), replace=False).tolist())
     views = []

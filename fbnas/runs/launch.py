@@ -57,7 +57,7 @@ def launch(trainer_cls: type[Trainer], cfg: Config, out: str | Path, resume: boo
             paths = run_on_main(lambda: check_run_dir(out, resume, force), info,
                                 collectives) or RunPaths(out)
             if cfg.data.download:
-                from fbnas.data.data import download_cifar10
+                from fbnas.data.cifar import download_cifar10
 
                 run_on_main(lambda: download_cifar10(cfg.data.dir), info, collectives)
             ckpt = load_checkpoint(paths.last, trainer_cls.kind) if resume else None

@@ -1,12 +1,12 @@
 """The data of a training run: its splits and the batch loaders over them.
 
 The training images are split once per seed into the search's weight, theta and held-out
-(validation) parts (see :func:`fbnas.data.data.make_splits`); which parts a run trains on is the
+(validation) parts (see :func:`fbnas.data.splits.make_splits`); which parts a run trains on is the
 run's choice (a search trains on two, a retraining on both together), the held-out part and
 the test set are scored the same way by every run. Each process scores a disjoint, unpadded
 share of them, so that counts summed over processes cover every image exactly once.
 
-CIFAR-10 and small image folders are held in memory (:class:`~fbnas.data.data.BatchLoader`);
+CIFAR-10 and small image folders are held in memory (:class:`~fbnas.data.batches.BatchLoader`);
 larger folders are streamed from disk by worker processes
 (:class:`~fbnas.data.stream.StreamLoader`). ``data.loader: auto`` decides by the size the
 decoded images would take against ``data.memory_mb``, and the run's log says which it chose.
@@ -20,10 +20,14 @@ from dataclasses import dataclass
 import torch
 
 from fbnas.config import Config
-from fbnas.errors import FbnasError, UsageError
-from fbnas.data.data import BatchLoader, Dataset, load_cifar10, load_image_folder, make_splits
-from fbnas.runs.dist import DistInfo
+from fbnas.data.batches import BatchLoader
+from fbnas.data.cifar import load_cifar10
+from fbnas.data.dataset import Dataset
 from fbnas.data.folders import read_class_list, scan_folder
+from fbnas.data.memory import load_image_folder
+from fbnas.data.splits import make_splits
+from fbnas.errors import FbnasError, UsageError
+from fbnas.runs.dist import DistInfo
 
 
 @dataclass

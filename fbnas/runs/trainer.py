@@ -25,12 +25,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from fbnas.config import Config, dump
+from fbnas.data.batches import BatchLoader
+from fbnas.data.dataset import Dataset
 from fbnas.errors import FbnasError
 from fbnas.io import atomic_write
 from fbnas.machine import busy_warning, precision_warning
 from fbnas.progress import Progress
 from fbnas.runs.checkpoint import CHECKPOINT_FORMAT, check_resumable, save_checkpoint
-from fbnas.data.data import BatchLoader, Dataset
 from fbnas.runs.dist import DistInfo, all_reduce_sum, barrier, ranks_agree, sync_buffers
 from fbnas.runs.health import epoch_warnings
 from fbnas.runs.loaders import load_run_data, skipped_files, train_batches

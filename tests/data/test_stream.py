@@ -10,11 +10,11 @@ from PIL import Image
 
 import fbnas.runs.trainer as trainer_mod
 from fbnas.config import load_config
-from fbnas.errors import FbnasError
-from fbnas.runs.checkpoint import load_checkpoint
-from fbnas.data.data import load_cifar10
+from fbnas.data.cifar import load_cifar10
 from fbnas.data.folders import scan_folder
 from fbnas.data.stream import StreamLoader, crop_box, sample_stats
+from fbnas.errors import FbnasError
+from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.search.run import run_search
 from tests.conftest import require_cifar_subset
 from tests.test_search import quiet, same_state
