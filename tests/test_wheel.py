@@ -58,6 +58,10 @@ def test_wheel_installs_and_profiles_from_another_folder(tmp_path):
               "fbnas/configs/tiny.yaml", "fbnas/configs/fbnet_cifar.yaml",
               "fbnas/archs/fbnet_a.json", "fbnas/archs/fbnet_b.json", "fbnas/archs/fbnet_c.json"):
         assert f in names, f
+    # every module of every subpackage: a subpackage the package finder missed would only
+    # show when a command imports it
+    modules = {p.relative_to(REPO).as_posix() for p in (REPO / "fbnas").rglob("*.py")}
+    assert not modules - set(names), sorted(modules - set(names))
 
     env_dir = tmp_path / "fresh"
     sh(sys.executable, "-m", "venv", "--without-pip", env_dir, cwd=tmp_path)
