@@ -368,35 +368,6 @@ def run_options(f):
     return f
 
 
-def run_config(config_path, out, resume, force, overrides, download, **keys):
-    """Defaults < the resumed run's config < --config file < named options < --set."""
-    from fbnas.config import load_config
-    from fbnas.runs.rundir import resume_config
-
-    if resume and force:
-        raise UsageError("--resume continues a run and --force starts over; pick one")
-    base = resume_config(out) if resume else None
-    sets = [f"{k}={v}" for k, v in keys.items() if v is not None]
-    if download:
-        sets.append("data.download=true")
-    cfg = load_config(config_path, sets + list(overrides), base=base)
-    return cfg
-
-
-def _leave_if_child() -> None:
-    """End a torchrun child process here once its run has finished and said so.
-
-    Its files are written and closed (checkpoints atomically, the log and TensorBoard
-    flushed) and its process group left; what remains is the interpreter's teardown, in
-    which threads torch's distributed runtime leaves behind can abort the process
-    (SIGABRT, "terminate called without an active exception") and turn a finished run into
-    a failure. The launching process skips that teardown for the same reason."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-
-
 def _finite_ms(ctx, param, value):
     """A latency budget must be a finite number (FloatRange lets inf through)."""
     if value is not None and not math.isfinite(value):
@@ -458,7 +429,9 @@ def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overri
       fbnas train --out runs/c10 --resume
       fbnas train --config my_search.yaml --out runs/mine --nproc 2
     """
+    from fbnas.runs.dist import exit_without_teardown, leave_if_child
     from fbnas.runs.logs import console
+    from fbnas.runs.run_config import run_config
     from fbnas.search.run import run_search
 
     if nproc is not None and nproc > 1:
@@ -466,21 +439,15 @@ def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overri
 
         # report a bad --out once, before starting processes
         check_run_dir(Path(out or "runs/search"), resume, force)
-        code = launch_processes(ctx, nproc, threads)
-        # torch's launcher can leave native threads behind whose teardown at interpreter exit
-        # aborts this (parent) process after the run succeeded (SIGABRT, "terminate called
-        # without an active exception"); it holds nothing else to tear down, so skip that
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        # the launching process holds nothing else to tear down
+        exit_without_teardown(launch_processes(ctx, nproc, threads))
 
     out = out or Path("runs/search")
-    if target_ms is not None:
-        overrides = ("loss.form=target", f"loss.target_ms={target_ms!r}", *overrides)
+    budget = {} if target_ms is None else {"loss.form": "target", "loss.target_ms": target_ms}
     cfg = run_config(config_path, out, resume, force, overrides, download,
-                     **{"space": space_name, "lut": lut, "data.dir": data_dir,
-                        "search.epochs": epochs, "search.mode": mode, "run.seed": seed,
-                        "run.device": device, "run.threads": threads})
+                     {"space": space_name, "lut": lut, "data.dir": data_dir,
+                      "search.epochs": epochs, "search.mode": mode, "run.seed": seed,
+                      "run.device": device, "run.threads": threads, **budget})
     with console():
         result = run_search(cfg, out, resume=resume, force=force)
     if not result["stopped"] and result["rank"] == 0:
@@ -488,7 +455,7 @@ def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overri
                    f"latency is {result['found_cost'] / 1000:.3f} ms"
                    if cfg.search.cost == "latency" else f"done: {result['epochs_done']} epochs")
         click.echo(f"next: fbnas sample {out} --hard")
-    _leave_if_child()
+    leave_if_child()
 
 
 @main.command(context_settings=CONTEXT)
@@ -511,14 +478,15 @@ def retrain(arch, name, config_path, data_dir, out, epochs, seed, device, thread
     """
     from fbnas.runs.logs import console
     from fbnas.runs.retrain import run_retrain
+    from fbnas.runs.run_config import run_config
 
     out = out or Path("runs/retrain")
     if arch is None and not resume:
         raise UsageError("give ARCH, the architecture file written by fbnas sample")
     cfg = run_config(config_path, out, resume, force, overrides, download,
-                     **{"retrain.arch": arch, "retrain.name": name, "data.dir": data_dir,
-                        "retrain.epochs": epochs, "run.seed": seed, "run.device": device,
-                        "run.threads": threads})
+                     {"retrain.arch": arch, "retrain.name": name, "data.dir": data_dir,
+                      "retrain.epochs": epochs, "run.seed": seed, "run.device": device,
+                      "run.threads": threads})
     with console():
         result = run_retrain(cfg, out, resume=resume, force=force)
     if not result["stopped"] and "test" in result and result["rank"] == 0:
