@@ -143,117 +143,33 @@ def profile(ctx, space_name, out, bundle, precision, networks, data_dir, jobs, f
       fbnas profile --space fbnet_cifar --bundle fbnet_cifar_bundle
       fbnas profile --space fbnet_cifar --from-results results.json --out device.json
     """
-    from fbnas.arch.space import load_space
-    from fbnas.io import check_writable, refuse_overwrite
-    from fbnas.latency.lut import LUT, profile_space, save_lut
-    from fbnas.machine import busy_warning
-    from fbnas.latency.runtimes import make_runtime
+    from fbnas.latency import profiling
 
-    given = {p.name for p in ctx.command.params
-             if ctx.get_parameter_source(p.name) in (click.core.ParameterSource.COMMANDLINE,
-                                                     click.core.ParameterSource.ENVIRONMENT)}
-    flags = {p.name: max(p.opts, key=len) for p in ctx.command.params}
-
-    def refuse(names, why):
-        bad = [flags[n] for n in names if n in given]
-        if bad:
-            raise UsageError(f"{bad[0]} does not apply {why}; drop it")
-
-    timing = ("runtime", "threads", "rounds", "extra_time", "block_time", "check_n")
-    if bundle is not None and from_results is not None:
-        raise UsageError("--bundle writes a folder for the device and --from-results reads its "
-                         "results back; pick one")
+    profiling.check_mode(_given(ctx), out, bundle, precision, data_dir, from_results, check_n)
     if bundle is not None:
-        refuse(timing, "to --bundle (the device's run.py times the bundle and takes --threads, "
-                       "--rounds, --extra-time, --block-time there)")
-        if out is not None:
-            raise UsageError("--bundle writes a folder, not a table; drop --out (the table "
-                             "comes from --from-results later)")
-        if data_dir is not None and precision != "int8":
-            raise UsageError("--data-dir calibrates int8 quantization; add --precision int8 or "
-                             "drop it")
-        from fbnas.latency.bundle import write_bundle
+        from fbnas.arch.space import load_space
+        from fbnas.runs.calibration_images import bundle_images
 
         space = load_space(space_name)
-        images = source = None
-        if precision == "int8" and data_dir is not None:
-            import torch
+        # check_mode lets --data-dir through only with --precision int8
+        images = None if data_dir is None else bundle_images(data_dir, space.resolution, seed)
+        profiling.bundle_for_device(
+            space, bundle, str(space_name), precision=precision, batch=batch, networks=networks,
+            seed=seed, images=images, images_source=None if images is None else str(data_dir),
+            jobs=jobs, force=force, echo=click.echo)
+    elif from_results is not None:
+        profiling.table_from_results(space_name, from_results, out, force=force, echo=click.echo)
+    else:
+        profiling.profile_here(space_name, out, runtime, threads=threads, batch=batch,
+                               rounds=rounds, extra_time=extra_time, block_time=block_time,
+                               check=check_n, seed=seed, force=force, echo=click.echo)
 
-            from fbnas.latency.bundle import NETWORK_CALIBRATION_IMAGES
-            from fbnas.runs.data import load_dataset, normalize
 
-            data = load_dataset(data_dir, "cifar10", resolution=space.resolution)
-            pick = torch.randperm(len(data.train_images),
-                                  generator=torch.Generator().manual_seed(seed))
-            pick = pick[:NETWORK_CALIBRATION_IMAGES]
-            images = normalize(data.train_images[pick], data.mean, data.std).numpy()
-            source = str(data_dir)
-        if not jobs:
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-            jobs = min(8, cores or os.cpu_count() or 1)
-        manifest = write_bundle(space, bundle, precision=precision, batch=batch,
-                                networks=networks, seed=seed, images=images,
-                                images_source=source, force=force, source=str(space_name),
-                                jobs=jobs)
-        cal = manifest["calibration"]
-        click.echo(f"bundle for space {space.name} (hash {space.hash}): "
-                   f"{len(manifest['entries'])} entries, {cal['networks']} calibration networks "
-                   f"({cal['fit']} fit), {precision}, batch {batch}, opset {manifest['opset']}, "
-                   f"{manifest['total_bytes'] / 1e6:.1f} MB, exported in "
-                   f"{manifest['export']['seconds']:.0f} s")
-        click.echo(f"wrote {bundle}")
-        click.echo("next: copy it to the device and run there (Python 3 with onnxruntime and "
-                   f"numpy): python {bundle}/run.py --out results.json --threads 1")
-        click.echo(f"then here: fbnas profile --space {space_name} --from-results results.json "
-                   "--out TABLE.json")
-        return
-    refuse(("precision", "networks", "data_dir", "jobs"), "without --bundle")
-    if from_results is not None:
-        refuse(timing + ("batch", "seed"), "to --from-results (the results hold the device's "
-                                           "timings and the bundle's settings)")
-        if out is None:
-            raise UsageError("--from-results needs --out TABLE, the lookup table to write")
-        from fbnas.latency.device import device_table
-
-        space = load_space(space_name)
-        refuse_overwrite(out, force)
-        check_writable(out)
-        data, report, problem = device_table(space, from_results, source=str(space_name))
-        click.echo(report.text())
-        if problem is not None:
-            from fbnas.errors import warn_stderr
-
-            warn_stderr(problem)
-        save_lut(data, out, force=force)
-        click.echo(LUT(data, out).summary())
-        click.echo(f"wrote {out}")
-        return
-    if out is None:
-        raise UsageError("give --out TABLE (or --bundle DIR to time on another device)")
-    if 0 < check_n < 5:
-        raise UsageError("--check needs at least 5 networks (2 of every 5 fit, the rest test)")
-    space = load_space(space_name)
-    refuse_overwrite(out, force)
-    check_writable(out)  # before minutes of profiling, not after
-    busy = busy_warning(threads, "profiling")
-    if busy:  # other processes' threads inflate every timing, and not evenly
-        click.echo(f"warning: {busy}; a table timed now is not to be trusted", err=True)
-    rt = make_runtime(runtime, threads)  # shared with --check, which re-times the entries
-    data = profile_space(space, threads=threads, batch=batch, rounds=rounds,
-                         extra_time=extra_time, block_time=block_time, seed=seed,
-                         source=str(space_name), runtime=rt)
-    if check_n:
-        from fbnas.latency.fidelity import calibrate_lut
-
-        # 2 of every 5 networks fit the calibration (20 of 50), the rest score it
-        fit = min(20, max(2, check_n * 2 // 5))
-        report = calibrate_lut(LUT(data), networks=check_n, fit=fit, seed=seed,
-                               block_time=block_time, runtime=rt)
-        click.echo(report.text())
-        data["calibration"] = report.calibration()
-    save_lut(data, out, force=force)
-    click.echo(LUT(data, out).summary())
-    click.echo(f"wrote {out}")
+def _given(ctx: click.Context) -> dict[str, str]:
+    """The options the user typed (or set in the environment), by name, with their flags."""
+    sources = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    return {p.name: max(p.opts, key=len) for p in ctx.command.params
+            if ctx.get_parameter_source(p.name) in sources}
 
 
 @main.command(context_settings=CONTEXT)
