@@ -660,13 +660,7 @@ def export(ctx, arch_path, name, weights, random_weights, fmt, precision, data_d
       fbnas export runs/search/arch.json --weights runs/retrain/checkpoints/last.pt \\
           --format onnx --precision int8 --data-dir data/cifar10 --out model_int8.onnx
     """
-    import torch
-
-    from fbnas.arch.definition import build_model
-    from fbnas.arch.export import export_model, require_onnx
-    from fbnas.errors import UsageError
-    from fbnas.io import check_writable
-    from fbnas.runs.checkpoint import load_weights
+    from fbnas.runs.deploy import export_network
 
     if (weights is None) == (not random_weights):
         raise UsageError("pass --weights CKPT, or --random-weights to export an untrained "
@@ -678,104 +672,13 @@ def export(ctx, arch_path, name, weights, random_weights, fmt, precision, data_d
             raise UsageError("--precision int8 calibrates on real images; give --data-dir DIR, "
                              "the CIFAR-10 folder the network was trained on")
     else:
-        for option in ("data_dir", "calibration_images"):
-            if ctx.get_parameter_source(option) == click.core.ParameterSource.COMMANDLINE:
-                raise UsageError(f"--{option.replace('_', '-')} calibrates int8 quantization; "
-                                 "add --precision int8 or drop it")
-    if fmt == "onnx":
-        require_onnx()
-    check_writable(out)
-    if precision == "int8":
-        from fbnas.io import refuse_overwrite
-
-        refuse_overwrite(out, force)  # before reading data and quantizing, not after
-    torch.manual_seed(seed)
-    model = build_model(arch_path, name)
-    what = load_weights(model, weights) if weights else f"random weights (seed {seed})"
-    if precision == "int8":
-        _export_int8(model, what, out, data_dir, calibration_images, seed,
-                     evaluate=weights is not None)
-        return
-    diff = export_model(model, fmt, out, force=force)
-    click.echo(f"exported {model.definition['name']} with {what}")
-    shape = "x".join(map(str, model.input_shape(1)[1:]))
-    click.echo(f"input: float32 N x {shape} (N dynamic), output: N x "
-               f"{model.definition['head']['classes']} logits")
-    if diff is not None:
-        click.echo(f"checked: the saved program matches eager within {diff:.1e} (max abs)")
-    click.echo(f"wrote {out}")
-
-
-#: training images per calibration batch of export --precision int8 (MinMax ranges do not
-#: depend on how the images are batched)
-INT8_CALIBRATION_BATCH = 32
-#: int8 top-1 this many points below fp32 gets a warning
-INT8_DROP_WARNING = 2.0
-
-
-def _export_int8(model, what: str, out: Path, data_dir: str, n_images: int, seed: int,
-                 evaluate: bool) -> None:
-    """export --precision int8: export to ONNX, quantize on ``n_images`` training images of
-    the CIFAR-10 folder ``data_dir`` (normalised as training normalises them), write ``out``;
-    with ``evaluate`` print fp32 and int8 top-1 on the folder's test set."""
-    import json
-
-    import torch
-
-    from fbnas.arch.export import EXAMPLE_BATCH, onnx_program
-    from fbnas.arch.quantize import quantize_int8, top1
-    from fbnas.errors import warn_stderr
-    from fbnas.io import atomic_write
-    from fbnas.runs.data import CIFAR_FOLDER, CIFAR_TRAIN_FILES, load_dataset, normalize
-
-    defn = model.definition
-    folder = Path(data_dir)
-    if not (folder / CIFAR_FOLDER).is_dir() and not (folder / CIFAR_TRAIN_FILES[0]).is_file():
-        raise FbnasError(f"--data-dir {folder} holds no CIFAR-10 data: give the folder with "
-                         f"{CIFAR_FOLDER}/ (python format) the network was trained on")
-    data = load_dataset(folder, "cifar10", resolution=defn["input"]["resolution"])
-    channels, classes = defn["input"]["channels"], defn["head"]["classes"]
-    if data.train_images.shape[1] != channels or len(data.classes) != classes:
-        raise FbnasError(f"the images of {folder} ({data.train_images.shape[1]} channels, "
-                         f"{len(data.classes)} classes) do not fit {defn['name']} ({channels} "
-                         f"channels, {classes} classes); give the data it was trained on")
-    available = len(data.train_images)
-    if n_images > available:
-        raise UsageError(f"--calibration-images {n_images} is more than the {available} "
-                         f"training images in {folder}; give at most {available}")
-    pick = torch.randperm(available, generator=torch.Generator().manual_seed(seed))[:n_images]
-    # training normalises with the data set's mean and std (fbnas.runs.data.BatchLoader)
-    images = normalize(data.train_images[pick], data.mean, data.std).numpy()
-    batches = [images[i:i + INT8_CALIBRATION_BATCH]
-               for i in range(0, n_images, INT8_CALIBRATION_BATCH)]
-    # the ONNX export of export --format onnx, as bytes: the program and its metadata
-    program = onnx_program(model, torch.randn(model.input_shape(EXAMPLE_BATCH)), "logits")
-    program.model.metadata_props["fbnas.definition"] = json.dumps(defn)
-    fp32 = program.model_proto.SerializeToString()
-    int8 = quantize_int8(fp32, batches)
-    atomic_write(out, lambda p: p.write_bytes(int8))
-    click.echo(f"exported {defn['name']} with {what}")
-    click.echo(f"quantized to int8 (ONNX Runtime static, QDQ, per-channel int8 weights, uint8 "
-               f"activations) on {n_images} training images of {folder} (seed {seed})")
-    shape = "x".join(map(str, model.input_shape(1)[1:]))
-    click.echo(f"input: float32 N x {shape} (N dynamic), output: N x {classes} logits")
-    if not evaluate:
-        click.echo("no accuracy report for random weights; give --weights (a fbnas retrain "
-                   "checkpoint) to compare int8 with fp32 on the test set")
-    elif not data.has_test:
-        click.echo(f"no accuracy report: {folder} has no test split")
-    else:
-        test = normalize(data.test_images, data.mean, data.std).numpy()
-        labels = data.test_labels.numpy()
-        acc32, pred32 = top1(fp32, test, labels)
-        acc8, pred8 = top1(int8, test, labels)
-        click.echo(f"top-1 fp32 {acc32:.2f}% int8 {acc8:.2f}% ({len(labels)} test images)")
-        click.echo(f"int8 predicts the class fp32 predicts for "
-                   f"{100.0 * (pred32 == pred8).mean():.2f}% of them")
-        if acc32 - acc8 > INT8_DROP_WARNING:
-            warn_stderr(f"int8 top-1 is {acc32 - acc8:.2f} points below fp32; calibrate on "
-                        "more images (--calibration-images) or deploy the fp32 export")
-    click.echo(f"wrote {out}")
+        extra = [f for o, f in _given(ctx).items() if o in ("data_dir", "calibration_images")]
+        if extra:
+            raise UsageError(f"{extra[0]} calibrates int8 quantization; add --precision int8 "
+                             "or drop it")
+    export_network(arch_path, name, out, fmt, weights=weights, precision=precision,
+                   data_dir=data_dir, calibration_images=calibration_images, seed=seed,
+                   force=force, echo=click.echo)
 
 
 if __name__ == "__main__":
