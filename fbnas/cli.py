@@ -204,33 +204,11 @@ def calibrate(lut_path, networks, fit, seed, rounds, block_time, runtime, dry_ru
     Example:
       fbnas calibrate lookup_tables/fbnet_cifar_ort.json --networks 50 --fit 20
     """
-    from fbnas.io import check_writable, write_json
-    from fbnas.latency.device import device_record
-    from fbnas.latency.fidelity import calibrate_lut
-    from fbnas.latency.lut import load_lut
+    from fbnas.latency.fidelity import calibrate_table_file
 
-    lut = load_lut(lut_path)
-    if device_record(lut) is not None:
-        raise FbnasError(f"{lut_path} was measured on a device by a bundle's run.py and is "
-                         "calibrated on the bundle's networks there; fbnas calibrate would time "
-                         "them on this machine instead. To recalibrate, re-run run.py on the "
-                         "device (more --rounds) and import again with fbnas profile "
-                         "--from-results")
-    runtime = lut.check_runtime(runtime)
-    if lut.calibration and not (force or dry_run):
-        raise FbnasError(f"{lut_path} already has a calibration; pass --force to replace it "
-                         "or --dry-run to only report")
-    if fit >= networks:
-        raise FbnasError(f"--fit ({fit}) must be smaller than --networks ({networks})")
-    if not dry_run:
-        check_writable(lut_path, "LUT (or --dry-run)")
-    report = calibrate_lut(lut, networks=networks, fit=fit, seed=seed, rounds=rounds,
-                           block_time=block_time, runtime=runtime)
-    click.echo(report.text())
-    if not dry_run:
-        lut.data["calibration"] = report.calibration()
-        write_json(lut_path, lut.data)
-        click.echo(f"stored the calibration in {lut_path}")
+    calibrate_table_file(lut_path, networks=networks, fit=fit, seed=seed, rounds=rounds,
+                         block_time=block_time, runtime=runtime, dry_run=dry_run, force=force,
+                         echo=click.echo)
 
 
 @main.command("show-lut", context_settings=CONTEXT)
@@ -244,14 +222,9 @@ def show_lut(lut_path, space_name):
     Example:
       fbnas show-lut lookup_tables/fbnet_cifar_ort.json --space fbnet_cifar
     """
-    from fbnas.arch.space import load_space
-    from fbnas.latency.lut import load_lut
-    from fbnas.latency.matching import warn_other_machine
+    from fbnas.latency.lut import show_table
 
-    space = load_space(space_name) if space_name else None
-    lut = load_lut(lut_path, space)
-    warn_other_machine(lut)
-    click.echo(lut.summary())
+    click.echo(show_table(lut_path, space_name))
 
 
 _RUN_OPTIONS = [
@@ -452,40 +425,10 @@ def sample(source, hard, target_ms, num, seed, name, out, lut_path, force, floor
       fbnas sample runs/search --num 10 --seed 1 --out archs.json
       python -c "import fbnas; print(fbnas.build_model('runs/search/arch.json', 'search_hard'))"
     """
-    from fbnas.arch.definition import add_architectures
-    from fbnas.errors import UsageError
-    from fbnas.io import check_writable
-    from fbnas.latency.reports import format_entry, format_ranked
-    from fbnas.runs.checkpoint import load_search_checkpoint
-    from fbnas.runs.rundir import resolve_lut
-    from fbnas.search.sampling import sample_architectures
+    from fbnas.search.sample_file import sample_to_file
 
-    if hard and num > 1:
-        raise UsageError("--num draws from softmax(theta); --hard gives one architecture")
-    if target_ms is not None and not hard:
-        raise UsageError("--target-ms picks the most probable architecture within a latency "
-                         "budget; add --hard")
-    ck = load_search_checkpoint(source)
-    out = out or ck.run_dir / "arch.json"
-    check_writable(out)
-    lut = resolve_lut(ck, lut_path)
-    if hard and target_ms is None and ck.target_ms is not None:
-        target_ms = ck.target_ms
-        click.echo(f"within the search's latency budget of {target_ms:g} ms (loss.target_ms); "
-                   "--target-ms sets another")
-    if floor is not None and target_ms is None:
-        raise UsageError("--floor is a share of a latency budget; give --target-ms, or sample "
-                         "a search that had one")
-    entries = sample_architectures(ck, lut, hard, num=num, seed=seed, name=name,
-                                   target_us=None if target_ms is None else target_ms * 1000.0,
-                                   floor=ck.target_floor if floor is None else floor)
-    add_architectures(out, entries, force=force)
-    if len(entries) == 1:
-        click.echo(format_entry(entries[0], lut))
-    else:
-        click.echo(format_ranked(entries, num, seed))
-    what = entries[0]["name"] if len(entries) == 1 else f"{len(entries)} architectures"
-    click.echo(f"wrote {what} to {out}")
+    sample_to_file(source, hard=hard, target_ms=target_ms, num=num, seed=seed, name=name,
+                   out=out, lut_path=lut_path, force=force, floor=floor, echo=click.echo)
 
 
 def _arch_options(f):
@@ -531,22 +474,10 @@ def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_ti
     Example:
       fbnas latency runs/search/arch.json --name search_hard --threads 1
     """
-    from fbnas.arch.definition import select
-    from fbnas.latency.measure import latency_report
-    from fbnas.runs.rundir import recorded_lut
+    from fbnas.runs.arch_reports import latency_text
 
-    name, defn = select(arch_path, name)
-    lut = recorded_lut(defn, lut_path, arch_path=arch_path)
-    if lut is not None:
-        from fbnas.latency.device import not_here, prediction_report
-
-        # a table measured on another device by a bundle's run.py: predict, do not time here
-        reason = not_here(lut)
-        if reason is not None:
-            click.echo(prediction_report(defn, lut, reason, batch=batch, runtime=runtime))
-            return
-    click.echo(latency_report(defn, lut, threads=threads, batch=batch, rounds=rounds,
-                              block_time=block_time, seed=seed, runtime=runtime))
+    click.echo(latency_text(arch_path, name, lut_path, runtime=runtime, threads=threads,
+                            batch=batch, rounds=rounds, block_time=block_time, seed=seed))
 
 
 @main.command(context_settings=CONTEXT)
@@ -572,19 +503,9 @@ def classes(root, num, seed, out, link, force):
     Example:
       fbnas classes /data/imagenet --num 100 --seed 0 --out imagenet100.txt --link data/imagenet100
     """
-    from fbnas.io import atomic_write, refuse_overwrite
-    from fbnas.runs.folders import link_subset, pick_classes
+    from fbnas.runs.class_subset import write_class_subset
 
-    refuse_overwrite(out, force)
-    if link is not None and link.exists():
-        raise UsageError(f"{link} already exists; name a new folder for --link")
-    names = pick_classes(root, num, seed)
-    header = f"# {num} classes of {root} drawn with seed {seed} (fbnas classes)\n"
-    atomic_write(out, lambda p: p.write_text(header + "".join(f"{n}\n" for n in names)))
-    click.echo(f"wrote {out}: {num} classes of {root}, seed {seed}")
-    if link is not None:
-        made = link_subset(root, names, link)
-        click.echo(f"linked {made} class folders into {link}; train on it with data.dir: {link}")
+    write_class_subset(root, num, seed, out, link=link, force=force, echo=click.echo)
 
 
 @main.command(context_settings=CONTEXT)
@@ -605,12 +526,9 @@ def summary(arch_path, name, lut_path):
       fbnas summary runs/search/arch.json --name search_hard
       fbnas summary fbnet_c
     """
-    from fbnas.arch.definition import select
-    from fbnas.latency.reports import format_summary
-    from fbnas.runs.rundir import recorded_lut
+    from fbnas.runs.arch_reports import summary_text
 
-    _, defn = select(arch_path, name)
-    click.echo(format_summary(defn, recorded_lut(defn, lut_path, arch_path=arch_path)))
+    click.echo(summary_text(arch_path, name, lut_path))
 
 
 @main.command(context_settings=CONTEXT)
