@@ -23,10 +23,17 @@ ENVIRONMENT_ERRORS = {errno.ENAMETOOLONG, errno.ENOSPC, errno.EROFS, errno.EACCE
 
 def _finite(ctx, param, value):
     """Refuse inf and nan, which click's FloatRange lets through (profile --extra-time nan
-    ran forever; --block-time inf stopped with a traceback)."""
+    ran forever; --block-time inf stopped with a traceback; a latency budget, metavar MS,
+    must be a finite number of milliseconds)."""
     if value is not None and not math.isfinite(value):
-        raise click.BadParameter("must be a finite number")
+        unit = " of milliseconds" if param.metavar == "MS" else ""
+        raise click.BadParameter(f"must be a finite number{unit}")
     return value
+
+
+_BLOCK_TIME = click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,
+                           type=click.FloatRange(min=0.0001, max=10.0), callback=_finite,
+                           help="Seconds per timed block of calls.")
 
 
 class Group(click.Group):
@@ -117,9 +124,7 @@ def main() -> None:
               help="Seconds of further rounds, only for candidates whose order against their "
                    "layer's fastest is not yet settled (within 3% and 3 standard errors) and "
                    "for noisy entries.")
-@click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,
-              type=click.FloatRange(min=0.0001, max=10.0), callback=_finite,
-              help="Seconds per timed block of calls.")
+@_BLOCK_TIME
 @click.option("--check", "check_n", default=0, show_default=True, type=click.IntRange(min=0),
               help="After profiling, calibrate and check on N random networks (see calibrate).")
 @click.option("--seed", default=0, show_default=True, type=int)
@@ -182,9 +187,7 @@ def _given(ctx: click.Context) -> dict[str, str]:
 @click.option("--rounds", default=60, show_default=True, type=click.IntRange(min=2),
               help="Rounds that time every network and entry once (even and odd rounds give "
                    "the two timings of the noise floor).")
-@click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,
-              type=click.FloatRange(min=0.0001, max=10.0), callback=_finite,
-              help="Seconds per timed block of calls.")
+@_BLOCK_TIME
 @click.option("--runtime", default=None, type=click.Choice(RUNTIMES),
               help="Runtime to time the networks in; must be the table's [default: the "
                    "table's].")
@@ -257,13 +260,6 @@ def run_options(f):
     return f
 
 
-def _finite_ms(ctx, param, value):
-    """A latency budget must be a finite number (FloatRange lets inf through)."""
-    if value is not None and not math.isfinite(value):
-        raise click.BadParameter("must be a finite number of milliseconds")
-    return value
-
-
 def launch_processes(ctx: click.Context, nproc: int, threads: int | None) -> int:
     """Re-run this command, minus --nproc, as ``nproc`` torchrun processes on this machine."""
     from fbnas.runs.dist import launch
@@ -292,8 +288,8 @@ def launch_processes(ctx: click.Context, nproc: int, threads: int | None) -> int
 @click.option("--lut", help="Lookup table JSON (config key lut).")
 @click.option("--mode", type=click.Choice(["soft", "hard"]), help="Supernet forward mode.")
 @click.option("--target-ms", type=click.FloatRange(min=0, min_open=True), metavar="MS",
-              callback=_finite_ms, help="Latency budget: search for the most accurate network whose predicted "
-              "latency is about MS and at most MS (loss.form=target, loss.target_ms=MS).")
+              callback=_finite, help="Latency budget: search for the most accurate network whose "
+              "predicted latency is about MS and at most MS (loss.form=target, loss.target_ms=MS).")
 @click.option("--nproc", type=click.IntRange(min=1),
               help="Run N processes on this machine with DistributedDataParallel (launches "
               "torchrun --standalone; data.batch_size is per process).")
@@ -388,7 +384,7 @@ def retrain(arch, name, config_path, data_dir, out, epochs, seed, device, thread
 @click.option("--hard", is_flag=True,
               help="Take each layer's most probable op (argmax theta) instead of drawing.")
 @click.option("--target-ms", default=None, type=click.FloatRange(min=0, min_open=True),
-              metavar="MS", callback=_finite_ms,
+              metavar="MS", callback=_finite,
               help="With --hard: pick the most probable architecture under softmax(theta) "
                    "whose calibrated predicted latency is at most MS milliseconds (exact) "
                    "[default: the search's latency budget, loss.target_ms, if it had one].")
@@ -454,9 +450,7 @@ def _arch_options(f):
               help="Batch size [default: the table's, else 1].")
 @click.option("--rounds", default=60, show_default=True, type=click.IntRange(min=1),
               help="Rounds, each timing the network and its table entries once.")
-@click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,
-              type=click.FloatRange(min=0.0001, max=10.0), callback=_finite,
-              help="Seconds per timed block of calls.")
+@_BLOCK_TIME
 @click.option("--seed", default=0, show_default=True, type=int)
 def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_time, seed):
     """Measure an architecture's whole-network latency and compare it with the prediction.
