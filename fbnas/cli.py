@@ -23,10 +23,17 @@ ENVIRONMENT_ERRORS = {errno.ENAMETOOLONG, errno.ENOSPC, errno.EROFS, errno.EACCE
 
 def _finite(ctx, param, value):
     """Refuse inf and nan, which click's FloatRange lets through (profile --extra-time nan
-    ran forever; --block-time inf stopped with a traceback)."""
+    ran forever; --block-time inf stopped with a traceback; a latency budget, metavar MS,
+    must be a finite number of milliseconds)."""
     if value is not None and not math.isfinite(value):
-        raise click.BadParameter("must be a finite number")
+        unit = " of milliseconds" if param.metavar == "MS" else ""
+        raise click.BadParameter(f"must be a finite number{unit}")
     return value
+
+
+_BLOCK_TIME = click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,
+                           type=click.FloatRange(min=0.0001, max=10.0), callback=_finite,
+                           help="Seconds per timed block of calls.")
 
 
 class Group(click.Group):
@@ -117,9 +124,7 @@ def main() -> None:
               help="Seconds of further rounds, only for candidates whose order against their "
                    "layer's fastest is not yet settled (within 3% and 3 standard errors) and "
                    "for noisy entries.")
-@click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,
-              type=click.FloatRange(min=0.0001, max=10.0), callback=_finite,
-              help="Seconds per timed block of calls.")
+@_BLOCK_TIME
 @click.option("--check", "check_n", default=0, show_default=True, type=click.IntRange(min=0),
               help="After profiling, calibrate and check on N random networks (see calibrate).")
 @click.option("--seed", default=0, show_default=True, type=int)
@@ -143,118 +148,33 @@ def profile(ctx, space_name, out, bundle, precision, networks, data_dir, jobs, f
       fbnas profile --space fbnet_cifar --bundle fbnet_cifar_bundle
       fbnas profile --space fbnet_cifar --from-results results.json --out device.json
     """
-    from fbnas.arch.space import load_space
-    from fbnas.io import check_writable, refuse_overwrite
-    from fbnas.latency.lut import LUT, profile_space, save_lut
-    from fbnas.machine import busy_warning
-    from fbnas.latency.runtimes import make_runtime
+    from fbnas.latency import profiling
 
-    given = {p.name for p in ctx.command.params
-             if ctx.get_parameter_source(p.name) in (click.core.ParameterSource.COMMANDLINE,
-                                                     click.core.ParameterSource.ENVIRONMENT)}
-    flags = {p.name: max(p.opts, key=len) for p in ctx.command.params}
-
-    def refuse(names, why):
-        bad = [flags[n] for n in names if n in given]
-        if bad:
-            raise UsageError(f"{bad[0]} does not apply {why}; drop it")
-
-    timing = ("runtime", "threads", "rounds", "extra_time", "block_time", "check_n")
-    if bundle is not None and from_results is not None:
-        raise UsageError("--bundle writes a folder for the device and --from-results reads its "
-                         "results back; pick one")
+    profiling.check_mode(_given(ctx), out, bundle, precision, data_dir, from_results, check_n)
     if bundle is not None:
-        refuse(timing, "to --bundle (the device's run.py times the bundle and takes --threads, "
-                       "--rounds, --extra-time, --block-time there)")
-        if out is not None:
-            raise UsageError("--bundle writes a folder, not a table; drop --out (the table "
-                             "comes from --from-results later)")
-        if data_dir is not None and precision != "int8":
-            raise UsageError("--data-dir calibrates int8 quantization; add --precision int8 or "
-                             "drop it")
-        from fbnas.latency.bundle import write_bundle
+        from fbnas.arch.space import load_space
+        from fbnas.runs.calibration_images import bundle_images
 
         space = load_space(space_name)
-        images = source = None
-        if precision == "int8" and data_dir is not None:
-            import torch
+        # check_mode lets --data-dir through only with --precision int8
+        images = None if data_dir is None else bundle_images(data_dir, space.resolution, seed)
+        profiling.bundle_for_device(
+            space, bundle, str(space_name), precision=precision, batch=batch, networks=networks,
+            seed=seed, images=images, images_source=None if images is None else str(data_dir),
+            jobs=jobs, force=force, echo=click.echo)
+    elif from_results is not None:
+        profiling.table_from_results(space_name, from_results, out, force=force, echo=click.echo)
+    else:
+        profiling.profile_here(space_name, out, runtime, threads=threads, batch=batch,
+                               rounds=rounds, extra_time=extra_time, block_time=block_time,
+                               check=check_n, seed=seed, force=force, echo=click.echo)
 
-            from fbnas.data.batches import normalize
-            from fbnas.data.memory import load_dataset
-            from fbnas.latency.bundle import NETWORK_CALIBRATION_IMAGES
 
-            data = load_dataset(data_dir, "cifar10", resolution=space.resolution)
-            pick = torch.randperm(len(data.train_images),
-                                  generator=torch.Generator().manual_seed(seed))
-            pick = pick[:NETWORK_CALIBRATION_IMAGES]
-            images = normalize(data.train_images[pick], data.mean, data.std).numpy()
-            source = str(data_dir)
-        if not jobs:
-            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-            jobs = min(8, cores or os.cpu_count() or 1)
-        manifest = write_bundle(space, bundle, precision=precision, batch=batch,
-                                networks=networks, seed=seed, images=images,
-                                images_source=source, force=force, source=str(space_name),
-                                jobs=jobs)
-        cal = manifest["calibration"]
-        click.echo(f"bundle for space {space.name} (hash {space.hash}): "
-                   f"{len(manifest['entries'])} entries, {cal['networks']} calibration networks "
-                   f"({cal['fit']} fit), {precision}, batch {batch}, opset {manifest['opset']}, "
-                   f"{manifest['total_bytes'] / 1e6:.1f} MB, exported in "
-                   f"{manifest['export']['seconds']:.0f} s")
-        click.echo(f"wrote {bundle}")
-        click.echo("next: copy it to the device and run there (Python 3 with onnxruntime and "
-                   f"numpy): python {bundle}/run.py --out results.json --threads 1")
-        click.echo(f"then here: fbnas profile --space {space_name} --from-results results.json "
-                   "--out TABLE.json")
-        return
-    refuse(("precision", "networks", "data_dir", "jobs"), "without --bundle")
-    if from_results is not None:
-        refuse(timing + ("batch", "seed"), "to --from-results (the results hold the device's "
-                                           "timings and the bundle's settings)")
-        if out is None:
-            raise UsageError("--from-results needs --out TABLE, the lookup table to write")
-        from fbnas.latency.device import device_table
-
-        space = load_space(space_name)
-        refuse_overwrite(out, force)
-        check_writable(out)
-        data, report, problem = device_table(space, from_results, source=str(space_name))
-        click.echo(report.text())
-        if problem is not None:
-            from fbnas.errors import warn_stderr
-
-            warn_stderr(problem)
-        save_lut(data, out, force=force)
-        click.echo(LUT(data, out).summary())
-        click.echo(f"wrote {out}")
-        return
-    if out is None:
-        raise UsageError("give --out TABLE (or --bundle DIR to time on another device)")
-    if 0 < check_n < 5:
-        raise UsageError("--check needs at least 5 networks (2 of every 5 fit, the rest test)")
-    space = load_space(space_name)
-    refuse_overwrite(out, force)
-    check_writable(out)  # before minutes of profiling, not after
-    busy = busy_warning(threads, "profiling")
-    if busy:  # other processes' threads inflate every timing, and not evenly
-        click.echo(f"warning: {busy}; a table timed now is not to be trusted", err=True)
-    rt = make_runtime(runtime, threads)  # shared with --check, which re-times the entries
-    data = profile_space(space, threads=threads, batch=batch, rounds=rounds,
-                         extra_time=extra_time, block_time=block_time, seed=seed,
-                         source=str(space_name), runtime=rt)
-    if check_n:
-        from fbnas.latency.fidelity import calibrate_lut
-
-        # 2 of every 5 networks fit the calibration (20 of 50), the rest score it
-        fit = min(20, max(2, check_n * 2 // 5))
-        report = calibrate_lut(LUT(data), networks=check_n, fit=fit, seed=seed,
-                               block_time=block_time, runtime=rt)
-        click.echo(report.text())
-        data["calibration"] = report.calibration()
-    save_lut(data, out, force=force)
-    click.echo(LUT(data, out).summary())
-    click.echo(f"wrote {out}")
+def _given(ctx: click.Context) -> dict[str, str]:
+    """The options the user typed (or set in the environment), by name, with their flags."""
+    sources = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    return {p.name: max(p.opts, key=len) for p in ctx.command.params
+            if ctx.get_parameter_source(p.name) in sources}
 
 
 @main.command(context_settings=CONTEXT)
@@ -267,9 +187,7 @@ def profile(ctx, space_name, out, bundle, precision, networks, data_dir, jobs, f
 @click.option("--rounds", default=60, show_default=True, type=click.IntRange(min=2),
               help="Rounds that time every network and entry once (even and odd rounds give "
                    "the two timings of the noise floor).")
-@click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,
-              type=click.FloatRange(min=0.0001, max=10.0), callback=_finite,
-              help="Seconds per timed block of calls.")
+@_BLOCK_TIME
 @click.option("--runtime", default=None, type=click.Choice(RUNTIMES),
               help="Runtime to time the networks in; must be the table's [default: the "
                    "table's].")
@@ -289,33 +207,11 @@ def calibrate(lut_path, networks, fit, seed, rounds, block_time, runtime, dry_ru
     Example:
       fbnas calibrate lookup_tables/fbnet_cifar_ort.json --networks 50 --fit 20
     """
-    from fbnas.io import check_writable, write_json
-    from fbnas.latency.device import device_record
-    from fbnas.latency.fidelity import calibrate_lut
-    from fbnas.latency.lut import load_lut
+    from fbnas.latency.fidelity import calibrate_table_file
 
-    lut = load_lut(lut_path)
-    if device_record(lut) is not None:
-        raise FbnasError(f"{lut_path} was measured on a device by a bundle's run.py and is "
-                         "calibrated on the bundle's networks there; fbnas calibrate would time "
-                         "them on this machine instead. To recalibrate, re-run run.py on the "
-                         "device (more --rounds) and import again with fbnas profile "
-                         "--from-results")
-    runtime = lut.check_runtime(runtime)
-    if lut.calibration and not (force or dry_run):
-        raise FbnasError(f"{lut_path} already has a calibration; pass --force to replace it "
-                         "or --dry-run to only report")
-    if fit >= networks:
-        raise FbnasError(f"--fit ({fit}) must be smaller than --networks ({networks})")
-    if not dry_run:
-        check_writable(lut_path, "LUT (or --dry-run)")
-    report = calibrate_lut(lut, networks=networks, fit=fit, seed=seed, rounds=rounds,
-                           block_time=block_time, runtime=runtime)
-    click.echo(report.text())
-    if not dry_run:
-        lut.data["calibration"] = report.calibration()
-        write_json(lut_path, lut.data)
-        click.echo(f"stored the calibration in {lut_path}")
+    calibrate_table_file(lut_path, networks=networks, fit=fit, seed=seed, rounds=rounds,
+                         block_time=block_time, runtime=runtime, dry_run=dry_run, force=force,
+                         echo=click.echo)
 
 
 @main.command("show-lut", context_settings=CONTEXT)
@@ -329,14 +225,9 @@ def show_lut(lut_path, space_name):
     Example:
       fbnas show-lut lookup_tables/fbnet_cifar_ort.json --space fbnet_cifar
     """
-    from fbnas.arch.space import load_space
-    from fbnas.latency.lut import load_lut
-    from fbnas.latency.matching import warn_other_machine
+    from fbnas.latency.lut import show_table
 
-    space = load_space(space_name) if space_name else None
-    lut = load_lut(lut_path, space)
-    warn_other_machine(lut)
-    click.echo(lut.summary())
+    click.echo(show_table(lut_path, space_name))
 
 
 _RUN_OPTIONS = [
@@ -369,42 +260,6 @@ def run_options(f):
     return f
 
 
-def run_config(config_path, out, resume, force, overrides, download, **keys):
-    """Defaults < the resumed run's config < --config file < named options < --set."""
-    from fbnas.config import load_config
-    from fbnas.runs.rundir import resume_config
-
-    if resume and force:
-        raise UsageError("--resume continues a run and --force starts over; pick one")
-    base = resume_config(out) if resume else None
-    sets = [f"{k}={v}" for k, v in keys.items() if v is not None]
-    if download:
-        sets.append("data.download=true")
-    cfg = load_config(config_path, sets + list(overrides), base=base)
-    return cfg
-
-
-def _leave_if_child() -> None:
-    """End a torchrun child process here once its run has finished and said so.
-
-    Its files are written and closed (checkpoints atomically, the log and TensorBoard
-    flushed) and its process group left; what remains is the interpreter's teardown, in
-    which threads torch's distributed runtime leaves behind can abort the process
-    (SIGABRT, "terminate called without an active exception") and turn a finished run into
-    a failure. The launching process skips that teardown for the same reason."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
-
-
-def _finite_ms(ctx, param, value):
-    """A latency budget must be a finite number (FloatRange lets inf through)."""
-    if value is not None and not math.isfinite(value):
-        raise click.BadParameter("must be a finite number of milliseconds")
-    return value
-
-
 def launch_processes(ctx: click.Context, nproc: int, threads: int | None) -> int:
     """Re-run this command, minus --nproc, as ``nproc`` torchrun processes on this machine."""
     from fbnas.runs.dist import launch
@@ -433,8 +288,8 @@ def launch_processes(ctx: click.Context, nproc: int, threads: int | None) -> int
 @click.option("--lut", help="Lookup table JSON (config key lut).")
 @click.option("--mode", type=click.Choice(["soft", "hard"]), help="Supernet forward mode.")
 @click.option("--target-ms", type=click.FloatRange(min=0, min_open=True), metavar="MS",
-              callback=_finite_ms, help="Latency budget: search for the most accurate network whose predicted "
-              "latency is about MS and at most MS (loss.form=target, loss.target_ms=MS).")
+              callback=_finite, help="Latency budget: search for the most accurate network whose "
+              "predicted latency is about MS and at most MS (loss.form=target, loss.target_ms=MS).")
 @click.option("--nproc", type=click.IntRange(min=1),
               help="Run N processes on this machine with DistributedDataParallel (launches "
               "torchrun --standalone; data.batch_size is per process).")
@@ -459,7 +314,9 @@ def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overri
       fbnas train --out runs/c10 --resume
       fbnas train --config my_search.yaml --out runs/mine --nproc 2
     """
+    from fbnas.runs.dist import exit_without_teardown, leave_if_child
     from fbnas.runs.logs import console
+    from fbnas.runs.run_config import run_config
     from fbnas.search.run import run_search
 
     if nproc is not None and nproc > 1:
@@ -467,21 +324,15 @@ def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overri
 
         # report a bad --out once, before starting processes
         check_run_dir(Path(out or "runs/search"), resume, force)
-        code = launch_processes(ctx, nproc, threads)
-        # torch's launcher can leave native threads behind whose teardown at interpreter exit
-        # aborts this (parent) process after the run succeeded (SIGABRT, "terminate called
-        # without an active exception"); it holds nothing else to tear down, so skip that
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        # the launching process holds nothing else to tear down
+        exit_without_teardown(launch_processes(ctx, nproc, threads))
 
     out = out or Path("runs/search")
-    if target_ms is not None:
-        overrides = ("loss.form=target", f"loss.target_ms={target_ms!r}", *overrides)
+    budget = {} if target_ms is None else {"loss.form": "target", "loss.target_ms": target_ms}
     cfg = run_config(config_path, out, resume, force, overrides, download,
-                     **{"space": space_name, "lut": lut, "data.dir": data_dir,
-                        "search.epochs": epochs, "search.mode": mode, "run.seed": seed,
-                        "run.device": device, "run.threads": threads})
+                     {"space": space_name, "lut": lut, "data.dir": data_dir,
+                      "search.epochs": epochs, "search.mode": mode, "run.seed": seed,
+                      "run.device": device, "run.threads": threads, **budget})
     with console():
         result = run_search(cfg, out, resume=resume, force=force)
     if not result["stopped"] and result["rank"] == 0:
@@ -489,7 +340,7 @@ def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overri
                    f"latency is {result['found_cost'] / 1000:.3f} ms"
                    if cfg.search.cost == "latency" else f"done: {result['epochs_done']} epochs")
         click.echo(f"next: fbnas sample {out} --hard")
-    _leave_if_child()
+    leave_if_child()
 
 
 @main.command(context_settings=CONTEXT)
@@ -512,14 +363,15 @@ def retrain(arch, name, config_path, data_dir, out, epochs, seed, device, thread
     """
     from fbnas.runs.logs import console
     from fbnas.runs.retrain import run_retrain
+    from fbnas.runs.run_config import run_config
 
     out = out or Path("runs/retrain")
     if arch is None and not resume:
         raise UsageError("give ARCH, the architecture file written by fbnas sample")
     cfg = run_config(config_path, out, resume, force, overrides, download,
-                     **{"retrain.arch": arch, "retrain.name": name, "data.dir": data_dir,
-                        "retrain.epochs": epochs, "run.seed": seed, "run.device": device,
-                        "run.threads": threads})
+                     {"retrain.arch": arch, "retrain.name": name, "data.dir": data_dir,
+                      "retrain.epochs": epochs, "run.seed": seed, "run.device": device,
+                      "run.threads": threads})
     with console():
         result = run_retrain(cfg, out, resume=resume, force=force)
     if not result["stopped"] and "test" in result and result["rank"] == 0:
@@ -532,7 +384,7 @@ def retrain(arch, name, config_path, data_dir, out, epochs, seed, device, thread
 @click.option("--hard", is_flag=True,
               help="Take each layer's most probable op (argmax theta) instead of drawing.")
 @click.option("--target-ms", default=None, type=click.FloatRange(min=0, min_open=True),
-              metavar="MS", callback=_finite_ms,
+              metavar="MS", callback=_finite,
               help="With --hard: pick the most probable architecture under softmax(theta) "
                    "whose calibrated predicted latency is at most MS milliseconds (exact) "
                    "[default: the search's latency budget, loss.target_ms, if it had one].")
@@ -569,40 +421,10 @@ def sample(source, hard, target_ms, num, seed, name, out, lut_path, force, floor
       fbnas sample runs/search --num 10 --seed 1 --out archs.json
       python -c "import fbnas; print(fbnas.build_model('runs/search/arch.json', 'search_hard'))"
     """
-    from fbnas.arch.definition import add_architectures
-    from fbnas.errors import UsageError
-    from fbnas.io import check_writable
-    from fbnas.latency.reports import format_entry, format_ranked
-    from fbnas.runs.checkpoint import load_search_checkpoint
-    from fbnas.runs.rundir import resolve_lut
-    from fbnas.search.sampling import sample_architectures
+    from fbnas.search.sample_file import sample_to_file
 
-    if hard and num > 1:
-        raise UsageError("--num draws from softmax(theta); --hard gives one architecture")
-    if target_ms is not None and not hard:
-        raise UsageError("--target-ms picks the most probable architecture within a latency "
-                         "budget; add --hard")
-    ck = load_search_checkpoint(source)
-    out = out or ck.run_dir / "arch.json"
-    check_writable(out)
-    lut = resolve_lut(ck, lut_path)
-    if hard and target_ms is None and ck.target_ms is not None:
-        target_ms = ck.target_ms
-        click.echo(f"within the search's latency budget of {target_ms:g} ms (loss.target_ms); "
-                   "--target-ms sets another")
-    if floor is not None and target_ms is None:
-        raise UsageError("--floor is a share of a latency budget; give --target-ms, or sample "
-                         "a search that had one")
-    entries = sample_architectures(ck, lut, hard, num=num, seed=seed, name=name,
-                                   target_us=None if target_ms is None else target_ms * 1000.0,
-                                   floor=ck.target_floor if floor is None else floor)
-    add_architectures(out, entries, force=force)
-    if len(entries) == 1:
-        click.echo(format_entry(entries[0], lut))
-    else:
-        click.echo(format_ranked(entries, num, seed))
-    what = entries[0]["name"] if len(entries) == 1 else f"{len(entries)} architectures"
-    click.echo(f"wrote {what} to {out}")
+    sample_to_file(source, hard=hard, target_ms=target_ms, num=num, seed=seed, name=name,
+                   out=out, lut_path=lut_path, force=force, floor=floor, echo=click.echo)
 
 
 def _arch_options(f):
@@ -628,9 +450,7 @@ def _arch_options(f):
               help="Batch size [default: the table's, else 1].")
 @click.option("--rounds", default=60, show_default=True, type=click.IntRange(min=1),
               help="Rounds, each timing the network and its table entries once.")
-@click.option("--block-time", default=DEFAULT_BLOCK_TIME, show_default=True,
-              type=click.FloatRange(min=0.0001, max=10.0), callback=_finite,
-              help="Seconds per timed block of calls.")
+@_BLOCK_TIME
 @click.option("--seed", default=0, show_default=True, type=int)
 def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_time, seed):
     """Measure an architecture's whole-network latency and compare it with the prediction.
@@ -648,22 +468,10 @@ def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_ti
     Example:
       fbnas latency runs/search/arch.json --name search_hard --threads 1
     """
-    from fbnas.arch.definition import select
-    from fbnas.latency.measure import latency_report
-    from fbnas.runs.rundir import recorded_lut
+    from fbnas.runs.arch_reports import latency_text
 
-    name, defn = select(arch_path, name)
-    lut = recorded_lut(defn, lut_path, arch_path=arch_path)
-    if lut is not None:
-        from fbnas.latency.device import not_here, prediction_report
-
-        # a table measured on another device by a bundle's run.py: predict, do not time here
-        reason = not_here(lut)
-        if reason is not None:
-            click.echo(prediction_report(defn, lut, reason, batch=batch, runtime=runtime))
-            return
-    click.echo(latency_report(defn, lut, threads=threads, batch=batch, rounds=rounds,
-                              block_time=block_time, seed=seed, runtime=runtime))
+    click.echo(latency_text(arch_path, name, lut_path, runtime=runtime, threads=threads,
+                            batch=batch, rounds=rounds, block_time=block_time, seed=seed))
 
 
 @main.command(context_settings=CONTEXT)
@@ -689,19 +497,9 @@ def classes(root, num, seed, out, link, force):
     Example:
       fbnas classes /data/imagenet --num 100 --seed 0 --out imagenet100.txt --link data/imagenet100
     """
-    from fbnas.data.folders import link_subset, pick_classes
-    from fbnas.io import atomic_write, refuse_overwrite
+    from fbnas.data.class_subset import write_class_subset
 
-    refuse_overwrite(out, force)
-    if link is not None and link.exists():
-        raise UsageError(f"{link} already exists; name a new folder for --link")
-    names = pick_classes(root, num, seed)
-    header = f"# {num} classes of {root} drawn with seed {seed} (fbnas classes)\n"
-    atomic_write(out, lambda p: p.write_text(header + "".join(f"{n}\n" for n in names)))
-    click.echo(f"wrote {out}: {num} classes of {root}, seed {seed}")
-    if link is not None:
-        made = link_subset(root, names, link)
-        click.echo(f"linked {made} class folders into {link}; train on it with data.dir: {link}")
+    write_class_subset(root, num, seed, out, link=link, force=force, echo=click.echo)
 
 
 @main.command(context_settings=CONTEXT)
@@ -722,12 +520,9 @@ def summary(arch_path, name, lut_path):
       fbnas summary runs/search/arch.json --name search_hard
       fbnas summary fbnet_c
     """
-    from fbnas.arch.definition import select
-    from fbnas.latency.reports import format_summary
-    from fbnas.runs.rundir import recorded_lut
+    from fbnas.runs.arch_reports import summary_text
 
-    _, defn = select(arch_path, name)
-    click.echo(format_summary(defn, recorded_lut(defn, lut_path, arch_path=arch_path)))
+    click.echo(summary_text(arch_path, name, lut_path))
 
 
 @main.command(context_settings=CONTEXT)
@@ -777,13 +572,7 @@ def export(ctx, arch_path, name, weights, random_weights, fmt, precision, data_d
       fbnas export runs/search/arch.json --weights runs/retrain/checkpoints/last.pt \\
           --format onnx --precision int8 --data-dir data/cifar10 --out model_int8.onnx
     """
-    import torch
-
-    from fbnas.arch.definition import build_model
-    from fbnas.arch.export import export_model, require_onnx
-    from fbnas.errors import UsageError
-    from fbnas.io import check_writable
-    from fbnas.runs.checkpoint import load_weights
+    from fbnas.runs.deploy import export_network
 
     if (weights is None) == (not random_weights):
         raise UsageError("pass --weights CKPT, or --random-weights to export an untrained "
@@ -795,106 +584,13 @@ def export(ctx, arch_path, name, weights, random_weights, fmt, precision, data_d
             raise UsageError("--precision int8 calibrates on real images; give --data-dir DIR, "
                              "the CIFAR-10 folder the network was trained on")
     else:
-        for option in ("data_dir", "calibration_images"):
-            if ctx.get_parameter_source(option) == click.core.ParameterSource.COMMANDLINE:
-                raise UsageError(f"--{option.replace('_', '-')} calibrates int8 quantization; "
-                                 "add --precision int8 or drop it")
-    if fmt == "onnx":
-        require_onnx()
-    check_writable(out)
-    if precision == "int8":
-        from fbnas.io import refuse_overwrite
-
-        refuse_overwrite(out, force)  # before reading data and quantizing, not after
-    torch.manual_seed(seed)
-    model = build_model(arch_path, name)
-    what = load_weights(model, weights) if weights else f"random weights (seed {seed})"
-    if precision == "int8":
-        _export_int8(model, what, out, data_dir, calibration_images, seed,
-                     evaluate=weights is not None)
-        return
-    diff = export_model(model, fmt, out, force=force)
-    click.echo(f"exported {model.definition['name']} with {what}")
-    shape = "x".join(map(str, model.input_shape(1)[1:]))
-    click.echo(f"input: float32 N x {shape} (N dynamic), output: N x "
-               f"{model.definition['head']['classes']} logits")
-    if diff is not None:
-        click.echo(f"checked: the saved program matches eager within {diff:.1e} (max abs)")
-    click.echo(f"wrote {out}")
-
-
-#: training images per calibration batch of export --precision int8 (MinMax ranges do not
-#: depend on how the images are batched)
-INT8_CALIBRATION_BATCH = 32
-#: int8 top-1 this many points below fp32 gets a warning
-INT8_DROP_WARNING = 2.0
-
-
-def _export_int8(model, what: str, out: Path, data_dir: str, n_images: int, seed: int,
-                 evaluate: bool) -> None:
-    """export --precision int8: export to ONNX, quantize on ``n_images`` training images of
-    the CIFAR-10 folder ``data_dir`` (normalised as training normalises them), write ``out``;
-    with ``evaluate`` print fp32 and int8 top-1 on the folder's test set."""
-    import json
-
-    import torch
-
-    from fbnas.arch.export import EXAMPLE_BATCH, onnx_program
-    from fbnas.arch.quantize import quantize_int8, top1
-    from fbnas.data.batches import normalize
-    from fbnas.data.cifar import CIFAR_FOLDER, CIFAR_TRAIN_FILES
-    from fbnas.data.memory import load_dataset
-    from fbnas.errors import warn_stderr
-    from fbnas.io import atomic_write
-
-    defn = model.definition
-    folder = Path(data_dir)
-    if not (folder / CIFAR_FOLDER).is_dir() and not (folder / CIFAR_TRAIN_FILES[0]).is_file():
-        raise FbnasError(f"--data-dir {folder} holds no CIFAR-10 data: give the folder with "
-                         f"{CIFAR_FOLDER}/ (python format) the network was trained on")
-    data = load_dataset(folder, "cifar10", resolution=defn["input"]["resolution"])
-    channels, classes = defn["input"]["channels"], defn["head"]["classes"]
-    if data.train_images.shape[1] != channels or len(data.classes) != classes:
-        raise FbnasError(f"the images of {folder} ({data.train_images.shape[1]} channels, "
-                         f"{len(data.classes)} classes) do not fit {defn['name']} ({channels} "
-                         f"channels, {classes} classes); give the data it was trained on")
-    available = len(data.train_images)
-    if n_images > available:
-        raise UsageError(f"--calibration-images {n_images} is more than the {available} "
-                         f"training images in {folder}; give at most {available}")
-    pick = torch.randperm(available, generator=torch.Generator().manual_seed(seed))[:n_images]
-    # training normalises with the data set's mean and std (fbnas.data.batches.BatchLoader)
-    images = normalize(data.train_images[pick], data.mean, data.std).numpy()
-    batches = [images[i:i + INT8_CALIBRATION_BATCH]
-               for i in range(0, n_images, INT8_CALIBRATION_BATCH)]
-    # the ONNX export of export --format onnx, as bytes: the program and its metadata
-    program = onnx_program(model, torch.randn(model.input_shape(EXAMPLE_BATCH)), "logits")
-    program.model.metadata_props["fbnas.definition"] = json.dumps(defn)
-    fp32 = program.model_proto.SerializeToString()
-    int8 = quantize_int8(fp32, batches)
-    atomic_write(out, lambda p: p.write_bytes(int8))
-    click.echo(f"exported {defn['name']} with {what}")
-    click.echo(f"quantized to int8 (ONNX Runtime static, QDQ, per-channel int8 weights, uint8 "
-               f"activations) on {n_images} training images of {folder} (seed {seed})")
-    shape = "x".join(map(str, model.input_shape(1)[1:]))
-    click.echo(f"input: float32 N x {shape} (N dynamic), output: N x {classes} logits")
-    if not evaluate:
-        click.echo("no accuracy report for random weights; give --weights (a fbnas retrain "
-                   "checkpoint) to compare int8 with fp32 on the test set")
-    elif not data.has_test:
-        click.echo(f"no accuracy report: {folder} has no test split")
-    else:
-        test = normalize(data.test_images, data.mean, data.std).numpy()
-        labels = data.test_labels.numpy()
-        acc32, pred32 = top1(fp32, test, labels)
-        acc8, pred8 = top1(int8, test, labels)
-        click.echo(f"top-1 fp32 {acc32:.2f}% int8 {acc8:.2f}% ({len(labels)} test images)")
-        click.echo(f"int8 predicts the class fp32 predicts for "
-                   f"{100.0 * (pred32 == pred8).mean():.2f}% of them")
-        if acc32 - acc8 > INT8_DROP_WARNING:
-            warn_stderr(f"int8 top-1 is {acc32 - acc8:.2f} points below fp32; calibrate on "
-                        "more images (--calibration-images) or deploy the fp32 export")
-    click.echo(f"wrote {out}")
+        extra = [f for o, f in _given(ctx).items() if o in ("data_dir", "calibration_images")]
+        if extra:
+            raise UsageError(f"{extra[0]} calibrates int8 quantization; add --precision int8 "
+                             "or drop it")
+    export_network(arch_path, name, out, fmt, weights=weights, precision=precision,
+                   data_dir=data_dir, calibration_images=calibration_images, seed=seed,
+                   force=force, echo=click.echo)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -490,21 +491,36 @@ def _identity(source: Any) -> str:
     return str(source.resolve()) if isinstance(source, Path) else str(source)
 
 
+def _put(values: dict, keys: list[str], value: Any, what: str) -> None:
+    """Set ``values[k1][k2]...`` to ``value``, making sections on the way; ``what`` names
+    the override in the error when a key on the way is a value, not a section."""
+    node = values
+    for k in keys[:-1]:
+        if not isinstance(node.setdefault(k, {}), dict):
+            raise UsageError(f"{what}: {k} is not a section")
+        node = node[k]
+    node[keys[-1]] = value
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] = (),
-                base: dict | None = None) -> Config:
+                base: dict | None = None, options: dict[str, Any] | None = None) -> Config:
     """Defaults, then ``base`` (e.g. a resumed run's config), then a config file (a path or a
-    bundled name, with its own ``base:`` beneath it), then ``--set``."""
+    bundled name, with its own ``base:`` beneath it), then ``options``, then ``--set``.
+
+    ``options`` maps dotted keys to values that are already typed (a command's named
+    options: ``{"data.dir": "2024", "run.seed": 3}``); they are validated like a file's
+    values but never parsed, so a folder named 2024 or on stays a folder name. Paths become
+    strings. ``overrides`` are the user's ``key=value`` strings, whose values are YAML."""
     values: dict = copy.deepcopy(base) if base else {}
     if path is not None:
         values = _merge(values, read_config_file(path))
+    for key, value in (options or {}).items():
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        _put(values, key.split("."), value, f"option for {key}")
     for item in overrides:
         keys, value = parse_override(item)
-        node = values
-        for k in keys[:-1]:
-            if not isinstance(node.setdefault(k, {}), dict):
-                raise UsageError(f"--set {item!r}: {k} is not a section")
-            node = node[k]
-        node[keys[-1]] = value
+        _put(values, keys, value, f"--set {item!r}")
     return from_dict(values)
 
 

@@ -89,3 +89,21 @@ def test_bundled_config_from_another_folder_asks_for_the_data_dir(tmp_path, tiny
     r = run("train", "--config", "tiny", "--lut", tiny_lut_file, "--out", "run2",
             "--data-dir", tmp_path / "elsewhere")
     assert r.exit_code == 1 and f"{tmp_path}/elsewhere does not exist" in r.output
+
+
+@pytest.mark.parametrize("folder", ["2024", "on", "null", "1e3"])
+def test_data_dir_that_reads_as_yaml_is_a_folder_name(tmp_path, tiny_lut_file, monkeypatch,
+                                                      folder):
+    monkeypatch.chdir(tmp_path)
+    r = run("train", "--config", "tiny", "--lut", tiny_lut_file, "--out", "run",
+            "--data-dir", folder)
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    assert f"data directory {folder} does not exist" in r.output and "must be" not in r.output
+
+
+def test_retrain_name_that_reads_as_yaml_stays_a_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = run("retrain", "fbnet_a", "--name", "on", "--out", "run")
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert "has no architecture 'on'" in r.output and "must be a string" not in r.output

@@ -104,3 +104,31 @@ def test_bad_base_is_one_line_error(tmp_path, files, message):
         (tmp_path / "x" / name).write_text(text)
     with pytest.raises(UsageError, match=message):
         load_config(tmp_path / "x" / "a.yaml")
+
+
+def test_options_are_typed_values_never_parsed_as_yaml(tmp_path):
+    # a folder named 2024 or on is a folder name, where YAML would read a number or true
+    cfg = load_config(None, [], options={"data.dir": "2024", "space": "on", "run.seed": 3,
+                                         "retrain.arch": tmp_path / "a.json",
+                                         "retrain.name": "0x10", "loss.target_ms": 1.5})
+    assert cfg.data.dir == "2024" and cfg.space == "on" and cfg.run.seed == 3
+    assert cfg.retrain.arch == str(tmp_path / "a.json") and cfg.retrain.name == "0x10"
+    assert cfg.loss.target_ms == 1.5
+
+
+def test_options_sit_between_the_file_and_set():
+    cfg = load_config("tiny", ["data.dir=from-set"],
+                      options={"data.dir": "from-option", "search.epochs": 7})
+    assert cfg.data.dir == "from-set" and cfg.search.epochs == 7
+    assert load_config("tiny").search.epochs != 7
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"run.seed": "3"}, "run.seed must be an integer"),
+    ({"data.dir": 2024}, "data.dir must be a string"),
+    ({"data.nope": 1}, "unknown config key data.nope"),
+    ({"space": "tiny", "space.name": "x"}, "option for space.name: space is not a section"),
+])
+def test_options_are_still_validated(options, message):
+    with pytest.raises(UsageError, match=message):
+        load_config(None, [], options=options)

@@ -16,12 +16,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 from scipy.stats import kendalltau
 
 from fbnas.arch.model import Network
+from fbnas.errors import FbnasError
 from fbnas.latency.lut import (LUT, arch_entries, entry_runners, fixed_entries, layer_entries,
                                profile_units)
 from fbnas.latency.runtimes import DEFAULT_BLOCK_TIME, Runtime, make_runtime
@@ -180,4 +183,43 @@ def calibrate_lut(lut: LUT, networks: int = 50, fit: int = 20, seed: int = 0,
         raw=np.array([lut.raw_sum(ops) for ops in archs]), retimed=retimed_sum,
         macs=np.array([lut.raw_sum(ops, "macs") for ops in archs]))
     report.compute()
+    return report
+
+
+def calibrate_table_file(path: str | Path, networks: int = 50, fit: int = 20, seed: int = 0,
+                         rounds: int = 60, block_time: float = DEFAULT_BLOCK_TIME,
+                         runtime: str | None = None, dry_run: bool = False, force: bool = False,
+                         echo: Callable[[str], None] = print) -> FidelityReport:
+    """``fbnas calibrate``: time random whole networks against the table file ``path``,
+    report its fidelity to ``echo`` and, unless ``dry_run``, store the calibration in the
+    file. Refused before any timing: a table measured on a device by a bundle's run.py
+    (this machine's timings would not be the device's), a calibration already there
+    without ``force`` or ``dry_run``, ``fit`` not below ``networks``, a file that cannot be
+    written."""
+    from fbnas.io import check_writable, write_json
+    from fbnas.latency.device import device_record
+    from fbnas.latency.lut import load_lut
+
+    lut = load_lut(path)
+    if device_record(lut) is not None:
+        raise FbnasError(f"{path} was measured on a device by a bundle's run.py and is "
+                         "calibrated on the bundle's networks there; fbnas calibrate would time "
+                         "them on this machine instead. To recalibrate, re-run run.py on the "
+                         "device (more --rounds) and import again with fbnas profile "
+                         "--from-results")
+    runtime = lut.check_runtime(runtime)
+    if lut.calibration and not (force or dry_run):
+        raise FbnasError(f"{path} already has a calibration; pass --force to replace it "
+                         "or --dry-run to only report")
+    if fit >= networks:
+        raise FbnasError(f"--fit ({fit}) must be smaller than --networks ({networks})")
+    if not dry_run:
+        check_writable(path, "LUT (or --dry-run)")
+    report = calibrate_lut(lut, networks=networks, fit=fit, seed=seed, rounds=rounds,
+                           block_time=block_time, runtime=runtime)
+    echo(report.text())
+    if not dry_run:
+        lut.data["calibration"] = report.calibration()
+        write_json(path, lut.data)
+        echo(f"stored the calibration in {path}")
     return report

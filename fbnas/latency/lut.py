@@ -577,3 +577,16 @@ def save_lut(data: dict, path: str | Path, force: bool = False) -> None:
     refuse_overwrite(path, force)
     LUT(data)  # never write a table that would not load
     write_json(path, data)
+
+
+def show_table(path: str | Path, space_name: str | None = None) -> str:
+    """``fbnas show-lut``: load and validate the table ``path`` (against the space
+    ``space_name`` when given), warn when it was timed on another CPU model, and return its
+    summary."""
+    from fbnas.arch.space import load_space
+    from fbnas.latency.matching import warn_other_machine
+
+    space = load_space(space_name) if space_name else None
+    lut = load_lut(path, space)
+    warn_other_machine(lut)
+    return lut.summary()

@@ -7,6 +7,7 @@ only at points every rank passes: the same plan items, epoch ends, the run's sta
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
@@ -131,6 +132,24 @@ def shutdown(info: DistInfo) -> None:
     """Leave the process group (at the end of a run, also after an error)."""
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def exit_without_teardown(code: int = 0) -> None:
+    """End this process now with ``code``, its output flushed, skipping the interpreter's
+    teardown: threads that torch's launcher and distributed runtime leave behind can abort
+    that teardown (SIGABRT, "terminate called without an active exception") and turn a run
+    that finished into a failure. Only for a process whose files are all written and closed."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def leave_if_child() -> None:
+    """End a torchrun child process here once its run has finished and said so: its
+    checkpoints are written atomically, the log and TensorBoard flushed and its process
+    group left, so all that remains is the teardown ``exit_without_teardown`` skips."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        exit_without_teardown(0)
 
 
 def launch(nproc: int, fbnas_args: list[str], threads: int | None = None) -> int:
