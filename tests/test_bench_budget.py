@@ -75,6 +75,7 @@ def test_report_prints_every_budget_and_draws(tmp_path, capsys):
     assert "control: yes" in out and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # spawns processes that retrain on the CIFAR-10 subset
 def test_parallel_retrains_equal_one_at_a_time(tmp_path, monkeypatch):
     """--jobs 2 retrains in spawned processes; each run is seeded alone, so the figures are
     those of retraining one network after another."""
