@@ -4,7 +4,7 @@ search: for each budget (the --quantiles of the space's predicted latencies unde
 table, or --target-ms) and each --seeds value, run one search of ``nasbench_macro``, take
 the most probable network within the budget (what ``fbnas sample --hard`` returns) and the
 cost-only control's (the same theta steps with the cross-entropy held constant, see
-bench_search.cost_only_theta), look both up, and append one JSON line per search to
+bench_budget.cost_only_theta), look both up, and append one JSON line per search to
 --results: the found key, true accuracy, percentile among all networks within the budget,
 the oracle (best network within it) and the gap to it, the mean of the networks that fill
 90 to 100% of it, the control's key and accuracy, search minutes, and how decided theta is.
@@ -46,7 +46,8 @@ from fbnas.search.groundtruth import (all_keys, judge, key_of, latency_quantile,
 from fbnas.search.run import run_search
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_search import cost_only_theta, log_to, theta_steps_taken  # noqa: E402
+from bench_budget import cost_only_theta, theta_steps_taken  # noqa: E402
+from bench_common import log_to  # noqa: E402
 
 TRUTH = "../shared/data/nas-bench-macro"
 

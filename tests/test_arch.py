@@ -20,7 +20,7 @@ from fbnas.arch.space import load_space
 from fbnas.cli import main
 from fbnas.errors import FbnasError
 from fbnas.io import file_hash, read_json, write_json
-from fbnas.latency.lut import LUT, load_lut, profile_space
+from fbnas.latency.lut import LUT, load_lut
 from fbnas.runs.checkpoint import load_search_checkpoint
 from fbnas.search.sampling import draw_ops
 
@@ -33,8 +33,9 @@ def space():
 
 
 @pytest.fixture(scope="module")
-def lut_data(space):
-    return profile_space(space, rounds=2, extra_rounds=2, block_time=0.001)
+def lut_data(tiny_lut_data):
+    """The session's table of the tiny space (profiled once for every test module)."""
+    return tiny_lut_data
 
 
 @pytest.fixture

@@ -9,11 +9,19 @@ from tests.conftest import REPO
 
 
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_search",
-                                                  REPO / "bench" / "bench_search.py")
+    spec = importlib.util.spec_from_file_location("bench_budget",
+                                                  REPO / "bench" / "bench_budget.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def common():
+    """The helpers bench_budget.py shares with bench_quality.py (it put bench/ on the path)."""
+    bench()
+    import bench_common
+
+    return bench_common
 
 
 def row(target, found, control, randoms):
@@ -67,6 +75,7 @@ def test_report_prints_every_budget_and_draws(tmp_path, capsys):
     assert "control: yes" in out and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # spawns processes that retrain on the CIFAR-10 subset
 def test_parallel_retrains_equal_one_at_a_time(tmp_path, monkeypatch):
     """--jobs 2 retrains in spawned processes; each run is seeded alone, so the figures are
     those of retraining one network after another."""
@@ -77,17 +86,17 @@ def test_parallel_retrains_equal_one_at_a_time(tmp_path, monkeypatch):
     from tests.conftest import CIFAR_SUBSET
 
     monkeypatch.syspath_prepend(str(REPO / "bench"))  # spawned children import it by name
-    sys.modules.pop("bench_search", None)
-    import bench_search
+    sys.modules.pop("bench_common", None)
+    import bench_common
 
     space = load_space("tiny")
     todo = [([l.candidates[0] for l in space.layers], "first", 0),
             ([l.candidates[-1] for l in space.layers], "last", 1)]
     args = argparse.Namespace(config=None, retrain_epochs=1, threads=1, jobs=1, resume=False, set=[
         f"data.dir={CIFAR_SUBSET}", "data.limit=200", "data.batch_size=32", "run.device=cpu"])
-    one = bench_search.retrain_many(args, space, todo, tmp_path / "one")
+    one = bench_common.retrain_many(args, space, todo, tmp_path / "one")
     args.jobs = 2
-    two = bench_search.retrain_many(args, space, todo, tmp_path / "two")
+    two = bench_common.retrain_many(args, space, todo, tmp_path / "two")
     assert one == two and len(one) == 2
     assert (tmp_path / "two" / "retrain" / "last_seed1").is_dir()
 
@@ -100,7 +109,7 @@ def test_resumed_retrains_equal_uninterrupted_ones(tmp_path, monkeypatch):
     from fbnas.arch.space import load_space
     from tests.conftest import CIFAR_SUBSET
 
-    b = bench()
+    b = common()
     space = load_space("tiny")
     todo = [([l.candidates[0] for l in space.layers], "first", 0)]
     args = argparse.Namespace(config=None, retrain_epochs=2, threads=1, jobs=1, resume=False,

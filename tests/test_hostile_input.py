@@ -200,7 +200,7 @@ def test_resume_from_a_checkpoint_without_its_space(tmp_path, tiny_lut_file):
     from fbnas.search.run import run_search
     from tests.test_search import quiet, small_config
 
-    cfg = small_config(tiny_lut_file)
+    cfg = small_config(tiny_lut_file, **{"data.limit": 200})
     run_search(cfg, tmp_path / "run", stop_after=1, echo=quiet)
     last = tmp_path / "run" / "checkpoints" / "last.pt"
     ck = load_checkpoint(last)

@@ -64,7 +64,8 @@ def test_two_trains_started_together_on_one_folder(tmp_path, tiny_lut_file):
 def test_resume_clears_temporaries_and_draws_the_missing_picture(tmp_path, tiny_lut_file):
     """A kill between an epoch's checkpoint and its pictures left a temporary file and a
     picture that no later epoch draws."""
-    cfg = small_config(tiny_lut_file)
+    # 200 images: 4 weight batches and 1 theta batch an epoch draw the same pictures
+    cfg = small_config(tiny_lut_file, **{"data.limit": 200})
     out = tmp_path / "run"
     run_search(cfg, out, stop_after=1, echo=quiet)
     pictures = out / "pictures"

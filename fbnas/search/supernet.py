@@ -185,7 +185,7 @@ class Supernet(nn.Module):
         if self.impl == "fast":
             x = x.contiguous(memory_format=torch.channels_last)
         x = self.stem(x)
-        total = x.new_tensor(self.fixed_cost)
+        dtype, weights = x.dtype, []
         for i, layer in enumerate(self.layers):
             if path is not None:
                 idx = torch.tensor(path[i], device=x.device)
@@ -193,8 +193,8 @@ class Supernet(nn.Module):
             else:
                 w, idx = layer.weights(mode, tau, samples)
             x = layer(x, w, None if all_candidates else idx)
-            total = total + (w * layer.cost).sum(dim=-1)
-        return self.head(x), self.cal_a * total + self.cal_b
+            weights.append(w)
+        return self.head(x), self.weighted_cost(weights, dtype)
 
     def theta_parameters(self) -> list[nn.Parameter]:
         return [layer.theta for layer in self.layers]
@@ -213,21 +213,35 @@ class Supernet(nn.Module):
         """Candidate indices of ``ops``, one per layer (for ``forward(path=...)``)."""
         return [layer.candidates.index(op) for layer, op in zip(self.layers, ops)]
 
+    def weighted_cost(self, weights: list[torch.Tensor], dtype: torch.dtype | None = None
+                      ) -> torch.Tensor:
+        """The calibrated cost of the network that ``weights`` pick or mix: the fixed part
+        (stem and head) plus, layer by layer, each candidate's cost times its weight, then
+        the table's calibration. ``weights`` holds one tensor per layer, (candidates,) or one
+        row per image; the sum starts in ``dtype`` (default: torch's), on the costs' device.
+
+        The one place the cost term is summed: the forward pass, the cost of a named network,
+        the expected cost and the benchmarks' cost-only control all use it."""
+        total = torch.tensor(self.fixed_cost, dtype=dtype, device=self.layers[0].cost.device)
+        for w, layer in zip(weights, self.layers):
+            total = total + (w * layer.cost).sum(dim=-1)
+        return self.cal_a * total + self.cal_b
+
     @torch.no_grad()
     def cost_of(self, ops: list[str]) -> float:
-        total = self.fixed_cost
+        weights = []
         for layer, op in zip(self.layers, ops):
             if op not in layer.candidates:
                 raise FbnasError(f"op {op!r} is not a candidate of this layer")
-            total += float(layer.cost[layer.candidates.index(op)])
-        return self.cal_a * total + self.cal_b
+            pick = torch.tensor(layer.candidates.index(op), device=layer.cost.device)
+            weights.append(F.one_hot(pick, len(layer.candidates)).double())
+        # in float64, one-hot: the table's float32 costs summed exactly as Python floats
+        return float(self.weighted_cost(weights, torch.float64))
 
     @torch.no_grad()
     def expected_cost(self) -> float:
         """Expected cost under softmax(theta), without Gumbel noise."""
-        total = self.fixed_cost + sum(float((p * l.cost.cpu()).sum())
-                                      for p, l in zip(self.probabilities(), self.layers))
-        return self.cal_a * total + self.cal_b
+        return float(self.weighted_cost(self.probabilities(), torch.float64))
 
     def theta_state(self) -> list[torch.Tensor]:
         return [layer.theta.detach().cpu().clone() for layer in self.layers]

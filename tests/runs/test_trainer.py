@@ -1,0 +1,154 @@
+"""The epoch loop every run shares, on a one-block network and a folder of 60 tiny images:
+optimizer steps, the schedule, evaluation, checkpoints, stopping and exact resumption."""
+
+import json
+import signal
+
+import pytest
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+import fbnas.runs.trainer as trainer_mod
+from fbnas.errors import FbnasError
+from fbnas.runs.checkpoint import load_checkpoint
+from fbnas.runs.retrain import run_retrain
+from fbnas.runs.schedule import cosine_factor
+from tests.runs.conftest import CLASSES, TEST_PER_CLASS, TRAIN_PER_CLASS, tiny_retrain
+
+# 60 images: 6 held out for validation, the other 54 in batches of 8 (the last 6 dropped)
+TRAIN = TRAIN_PER_CLASS * len(CLASSES) - 6
+STEPS = TRAIN // 8
+
+
+def quiet(msg):
+    pass
+
+
+def counted_steps(fn):
+    """What ``fn()`` returns, and how many optimizer steps it took."""
+    steps = []
+    handle = register_optimizer_step_pre_hook(lambda opt, args, kwargs: steps.append(1))
+    try:
+        return fn(), len(steps)
+    finally:
+        handle.remove()
+
+
+def same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+def same_optimizer(a: dict, b: dict) -> None:
+    assert a["param_groups"] == b["param_groups"]
+    for i in a["state"]:
+        for k, v in a["state"][i].items():
+            assert torch.equal(v, b["state"][i][k]) if torch.is_tensor(v) else v == b["state"][i][k]
+
+
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory, image_folder, tiny_arch):
+    """Two epochs in one go (shared by the tests that compare against it)."""
+    out = tmp_path_factory.mktemp("full") / "run"
+    # dropout draws from the global generator, which a resume must restore mid-epoch
+    cfg = tiny_retrain(image_folder, tiny_arch, "retrain.dropout=0.3")
+    result, steps = counted_steps(lambda: run_retrain(cfg, out, echo=quiet))
+    return cfg, out, result, steps
+
+
+def test_each_epoch_steps_once_per_batch_and_follows_the_schedule(full_run):
+    cfg, out, result, steps = full_run
+    assert steps == 2 * STEPS
+    assert result["epochs_done"] == 2 and not result["stopped"]
+    ck = load_checkpoint(out / "checkpoints" / "last.pt")
+    assert (ck["epoch"], ck["position"], ck["global_step"]) == (2, 0, 2 * STEPS)
+    assert ck["scheduler"]["last_epoch"] == 2 * STEPS
+    ow = cfg.optim.weights
+    factor = cosine_factor(STEPS, 2, max(ow.warmup_epochs, cfg.retrain.warmup_epochs),
+                           ow.min_lr / ow.lr)
+    lr = ck["optimizers"]["weights"]["param_groups"][0]["lr"]
+    assert lr == pytest.approx(ow.lr * factor(2 * STEPS))
+
+
+def test_every_epoch_is_evaluated_recorded_and_logged(full_run):
+    _, out, result, _ = full_run
+    hist = result["history"]
+    assert [r["epoch"] for r in hist] == [1, 2]
+    for r in hist:
+        assert r["processes"] == 1 and r["weights_loss"] > 0
+        # three classes: top-3 is every image
+        assert 0 <= r["val_top1"] <= 100 and r["val_top3"] == 100.0 and r["val_ce"] > 0
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert metrics == hist
+    epoch_lines = [l for l in (out / "train.log").read_text().splitlines() if "[weights]" in l]
+    assert len(epoch_lines) == 2 and " epoch 2/2 [weights] | weights loss " in epoch_lines[1]
+    assert "val top1" in epoch_lines[0]
+    # the test set is scored once, at the end, over every test image
+    assert result["test"]["images"] == TEST_PER_CLASS * len(CLASSES)
+
+
+def test_a_run_stopped_after_an_epoch_resumes_to_the_same_weights(full_run, tmp_path):
+    cfg, full, result, _ = full_run
+    first = run_retrain(cfg, tmp_path / "split", stop_after=1, echo=quiet)
+    assert first["stopped"] and first["epochs_done"] == 1
+    assert load_checkpoint(tmp_path / "split")["epoch"] == 1
+    rest, steps = counted_steps(lambda: run_retrain(cfg, tmp_path / "split", resume=True,
+                                                    echo=quiet))
+    assert steps == STEPS and rest["epochs_done"] == 2
+    a, b = load_checkpoint(full), load_checkpoint(tmp_path / "split")
+    same_weights(a["model"], b["model"])
+    same_optimizer(a["optimizers"]["weights"], b["optimizers"]["weights"])
+    strip = [{k: v for k, v in r.items() if k != "seconds"} for r in result["history"]]
+    assert [{k: v for k, v in r.items() if k != "seconds"} for r in rest["history"]] == strip
+
+
+def test_ctrl_c_mid_epoch_saves_the_position_and_resumes_exactly(full_run, tmp_path,
+                                                                  monkeypatch):
+    cfg, full, result, _ = full_run
+
+    class InterruptingProgress(trainer_mod.Progress):
+        def update(self, n=1):
+            super().update(n)
+            if self.done == 3:
+                signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(trainer_mod, "Progress", InterruptingProgress)
+    stopped = run_retrain(cfg, tmp_path / "split", echo=quiet)
+    assert stopped["stopped"] and stopped["epochs_done"] == 0
+    mid = load_checkpoint(tmp_path / "split")
+    assert (mid["epoch"], mid["position"], mid["global_step"]) == (0, 3, 3)
+    assert mid["epoch_stats"]["weights"]["items"] == 3
+    monkeypatch.undo()
+    run_retrain(cfg, tmp_path / "split", resume=True, echo=quiet)
+    a, b = load_checkpoint(full), load_checkpoint(tmp_path / "split")
+    assert b["global_step"] == 2 * STEPS
+    same_weights(a["model"], b["model"])
+    # the interrupted epoch's record covers its steps before the interrupt too
+    for key in ("weights_loss", "weights_ce", "val_top1", "val_ce"):
+        assert b["history"][0][key] == pytest.approx(a["history"][0][key], rel=1e-6), key
+
+
+def test_a_finished_run_resumed_does_nothing(full_run, tmp_path):
+    import shutil
+
+    cfg, full, _, _ = full_run
+    shutil.copytree(full, tmp_path / "again")
+    (tmp_path / "again" / ".lock").unlink(missing_ok=True)
+    before = load_checkpoint(tmp_path / "again")
+    result, steps = counted_steps(lambda: run_retrain(cfg, tmp_path / "again", resume=True,
+                                                      echo=quiet))
+    assert steps == 0 and result["epochs_done"] == 2 and not result["stopped"]
+    same_weights(before["model"], load_checkpoint(tmp_path / "again")["model"])
+    assert "already finished all 2 epochs" in (tmp_path / "again" / "train.log").read_text()
+
+
+def test_a_loss_that_is_not_finite_stops_with_the_step_and_the_fix(retrain_config, tmp_path):
+    cfg = retrain_config("optim.weights.lr=1e30", "retrain.clip_grad_norm=0",
+                         "retrain.warmup_epochs=0")
+    with pytest.raises(FbnasError, match=r"the loss is not finite at epoch 1, step \d+ "
+                                         r"\(weights phase\)\. Lower optim.weights.lr and "
+                                         r"start again") as e:
+        run_retrain(cfg, tmp_path / "run", echo=quiet)
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "run" / "checkpoints" / "last.pt").exists()
