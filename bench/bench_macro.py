@@ -39,7 +39,8 @@ from pathlib import Path
 from fbnas.arch.space import load_space
 from fbnas.config import load_config
 from fbnas.latency.lut import load_lut
-from fbnas.runs.checkpoint import load_checkpoint, load_search_checkpoint
+from fbnas.runs.checkpoint import load_checkpoint
+from fbnas.search.checkpoint import load_search_checkpoint
 from fbnas.search.budget import top_in_window
 from fbnas.search.groundtruth import (all_keys, judge, key_of, latency_quantile, load_truth,
                                       ops_of, pareto_front)

@@ -573,7 +573,7 @@ def sample(source, hard, target_ms, num, seed, name, out, lut_path, force, floor
     from fbnas.errors import UsageError
     from fbnas.io import check_writable
     from fbnas.latency.reports import format_entry, format_ranked
-    from fbnas.runs.checkpoint import load_search_checkpoint
+    from fbnas.search.checkpoint import load_search_checkpoint
     from fbnas.runs.rundir import resolve_lut
     from fbnas.search.sampling import sample_architectures
 

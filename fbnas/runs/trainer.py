@@ -97,6 +97,11 @@ class Trainer:
     def after_step(self, phase: str) -> None:
         """Called after each optimizer step of ``phase`` (state that follows the steps)."""
 
+    def check_resume_parts(self, ckpt: dict, where: str) -> None:
+        """Refuse a checkpoint to resume from whose own parts (what this kind of run keeps
+        beside the weights) are missing or unusable; runs before its weights are checked.
+        ``where`` starts the error."""
+
     def check_resume(self, ckpt: dict) -> None:
         """Refuse a checkpoint that belongs to a different run setup (one that is unusable
         in itself, truncated or not finite, is refused before this is called)."""
@@ -176,7 +181,7 @@ class Trainer:
         self.cfg, self.paths, self.info, self.device = cfg, paths, info, device
         self.setup(ckpt)
         if ckpt is not None:
-            check_resumable(ckpt, f"checkpoint {self.paths.last}")
+            check_resumable(ckpt, f"checkpoint {self.paths.last}", self.check_resume_parts)
             self.check_resume(ckpt)
         self._load_data()
         torch.manual_seed(cfg.run.seed)

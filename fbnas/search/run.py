@@ -33,6 +33,7 @@ from fbnas.runs.loaders import loader
 from fbnas.runs.rundir import copy_table, resume_config
 from fbnas.runs.stats import StepFigures
 from fbnas.runs.trainer import Batch, Trainer
+from fbnas.search.checkpoint import check_search_parts
 from fbnas.search.health import search_warnings, skip_count
 from fbnas.search.loss import multiplier_step, paper_loss, target_loss
 from fbnas.search.pictures import progress_chart, theta_heatmap, write_png
@@ -176,6 +177,9 @@ class Search(Trainer):
             raise FbnasError(f"lookup table {named} does not exist; create it with: "
                              f"fbnas profile --space {self.cfg.space} --out {named}")
         return named
+
+    def check_resume_parts(self, ckpt: dict, where: str) -> None:
+        check_search_parts(ckpt, where)
 
     def check_resume(self, ckpt: dict) -> None:
         if ckpt.get("space_hash") != self.space.hash:

@@ -21,7 +21,7 @@ from fbnas.arch.definition import CORE_KEYS
 from fbnas.arch.space import SearchSpace
 from fbnas.errors import FbnasError, UsageError
 from fbnas.io import file_hash
-from fbnas.runs.checkpoint import SearchCheckpoint
+from fbnas.search.checkpoint import SearchCheckpoint
 from fbnas.search.budget import ops_in_window
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
