@@ -33,9 +33,9 @@ from fbnas.data.memory import load_dataset
 from fbnas.data.splits import make_splits
 from fbnas.latency.lut import load_lut
 from fbnas.runs.checkpoint import load_checkpoint, resolve_checkpoint
-from fbnas.runs.rundir import RunPaths
 from fbnas.search.run import (build_supernet, penalised_cost, search_loss, temperature,
                               theta_step_mode)
+from fbnas.search.table import table_copy
 
 
 def main() -> None:
@@ -56,7 +56,7 @@ def main() -> None:
     cfg = from_saved(ck["config"])
     s = cfg.search
     space = SearchSpace.from_dict(ck["space"])
-    table = RunPaths(run_dir).lut
+    table = table_copy(run_dir)
     lut = load_lut(table if table.is_file() else cfg.lut, space)
     net = build_supernet(cfg, space, lut)
     net.load_state_dict(ck["model"])

@@ -574,8 +574,8 @@ def sample(source, hard, target_ms, num, seed, name, out, lut_path, force, floor
     from fbnas.io import check_writable
     from fbnas.latency.reports import format_entry, format_ranked
     from fbnas.search.checkpoint import load_search_checkpoint
-    from fbnas.runs.rundir import resolve_lut
     from fbnas.search.sampling import sample_architectures
+    from fbnas.search.table import resolve_lut
 
     if hard and num > 1:
         raise UsageError("--num draws from softmax(theta); --hard gives one architecture")
@@ -650,7 +650,7 @@ def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_ti
     """
     from fbnas.arch.definition import select
     from fbnas.latency.measure import latency_report
-    from fbnas.runs.rundir import recorded_lut
+    from fbnas.search.table import recorded_lut
 
     name, defn = select(arch_path, name)
     lut = recorded_lut(defn, lut_path, arch_path=arch_path)
@@ -724,7 +724,7 @@ def summary(arch_path, name, lut_path):
     """
     from fbnas.arch.definition import select
     from fbnas.latency.reports import format_summary
-    from fbnas.runs.rundir import recorded_lut
+    from fbnas.search.table import recorded_lut
 
     _, defn = select(arch_path, name)
     click.echo(format_summary(defn, recorded_lut(defn, lut_path, arch_path=arch_path)))

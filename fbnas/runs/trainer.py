@@ -57,6 +57,9 @@ class Trainer:
     find_unused_parameters = False
     #: what the epoch line calls the val set's score
     val_label = "val top1"
+    #: files in the run directory that this kind of run writes beside the shared ones (a
+    #: fresh run removes those an earlier run left)
+    own_files: tuple[str, ...] = ()
 
     # -- to be provided by subclasses ---------------------------------------------------------
     epochs: int

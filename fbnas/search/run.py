@@ -30,7 +30,7 @@ from fbnas.io import file_hash
 from fbnas.latency.lut import load_lut
 from fbnas.runs.launch import launch
 from fbnas.runs.loaders import loader
-from fbnas.runs.rundir import copy_table, resume_config
+from fbnas.runs.rundir import resume_config
 from fbnas.runs.stats import StepFigures
 from fbnas.runs.trainer import Batch, Trainer
 from fbnas.search.checkpoint import check_search_parts
@@ -38,6 +38,7 @@ from fbnas.search.health import search_warnings, skip_count
 from fbnas.search.loss import multiplier_step, paper_loss, target_loss
 from fbnas.search.pictures import progress_chart, theta_heatmap, write_png
 from fbnas.search.supernet import Supernet, recalibrated_bn
+from fbnas.search.table import TABLE_COPY, copy_table, table_copy
 
 __all__ = ["Search", "run_search", "resume_config", "temperature"]
 
@@ -114,6 +115,7 @@ class Search(Trainer):
     phases = ("weights", "theta")
     lr_keys = ("optim.weights.lr", "optim.theta.lr")
     val_label = "supernet val top1"
+    own_files = (TABLE_COPY,)
     #: the budget's Lagrange multiplier (loss.target_penalty: multiplier); set in setup
     multiplier = 0.0
 
@@ -164,7 +166,7 @@ class Search(Trainer):
         """The table to search with: config key ``lut`` for a new run; the run's copy,
         RUN_DIR/lut.json, for a resumed one, whatever happened to the original since (a run
         directory from before the copy existed resumes with the original, if unchanged)."""
-        named, copy = Path(self.cfg.lut), self.paths.lut
+        named, copy = Path(self.cfg.lut), table_copy(self.paths.root)
         if ckpt is not None and copy.is_file():
             # --lut naming another file than the one the run started with must be that table
             if str(self.cfg.lut) != ckpt.get("lut_path") and not (
@@ -195,7 +197,7 @@ class Search(Trainer):
 
     def write_run_files(self) -> None:
         super().write_run_files()
-        copy_table(self.lut_path, self.paths, self.lut_hash)
+        copy_table(self.lut_path, self.paths.root, self.lut_hash)
 
     def apply_hyperparameters(self) -> None:
         super().apply_hyperparameters()
