@@ -116,6 +116,10 @@ class Search(Trainer):
     lr_keys = ("optim.weights.lr", "optim.theta.lr")
     val_label = "supernet val top1"
     own_files = (TABLE_COPY,)
+    #: beside the cross-entropy, every step reports the sampled network's cost and the
+    #: cost factor (paper) or budget penalty (target) of the search loss
+    figures = ("ce", "cost", "factor")
+    figure_tags = {**Trainer.figure_tags, "factor": "loss_cost_factor", "cost": "cost_sampled"}
     #: the budget's Lagrange multiplier (loss.target_penalty: multiplier); set in setup
     multiplier = 0.0
 
@@ -208,7 +212,7 @@ class Search(Trainer):
     def phase_record(self, phase: str, mean: StepFigures) -> dict:
         record = super().phase_record(phase, mean)
         if phase == "theta":
-            record["theta_cost_sampled"] = mean.cost
+            record["theta_cost_sampled"] = mean["cost"]
         return record
 
     def make_train_loaders(self, data, splits, **common) -> None:
@@ -386,7 +390,7 @@ class Search(Trainer):
             # the cost term trains theta only: as a factor of the weights' loss it would scale
             # their learning rate with every knob of the trade-off (see fbnas/search/loss.py)
             loss = ce
-        return loss.mean(), ce, cost, factor
+        return loss.mean(), {"ce": ce, "cost": cost, "factor": factor}
 
     def reinforce_loss(self, x: torch.Tensor, y: torch.Tensor):
         """A theta step on ``search.theta_paths`` networks drawn from softmax(theta), each run
@@ -411,7 +415,7 @@ class Search(Trainer):
                                              self.cfg.search.reinforce_momentum)
         # the value printed is the sampled networks' search loss; the gradient the surrogate's
         loss = loss - loss.detach() + reward_loss.mean()
-        return loss, ce.mean(), cost.mean(), factor.mean()
+        return loss, {"ce": ce.mean(), "cost": cost.mean(), "factor": factor.mean()}
 
     def _weights_need_grad(self, on: bool) -> None:
         """A theta step never uses the weights' gradients: not computing them saves about a
