@@ -569,7 +569,10 @@ def sample(source, hard, target_ms, num, seed, name, out, lut_path, force, floor
       fbnas sample runs/search --num 10 --seed 1 --out archs.json
       python -c "import fbnas; print(fbnas.build_model('runs/search/arch.json', 'search_hard'))"
     """
+    from dataclasses import replace
+
     from fbnas.arch.definition import add_architectures
+    from fbnas.config import Budget
     from fbnas.errors import UsageError
     from fbnas.io import check_writable
     from fbnas.latency.reports import format_entry, format_ranked
@@ -586,16 +589,17 @@ def sample(source, hard, target_ms, num, seed, name, out, lut_path, force, floor
     out = out or ck.run_dir / "arch.json"
     check_writable(out)
     lut = resolve_lut(ck, lut_path)
-    if hard and target_ms is None and ck.target_ms is not None:
-        target_ms = ck.target_ms
-        click.echo(f"within the search's latency budget of {target_ms:g} ms (loss.target_ms); "
+    budget = None
+    if target_ms is not None:
+        budget = Budget(target_ms, ck.floor if floor is None else floor)
+    elif hard and ck.budget is not None:
+        budget = ck.budget if floor is None else replace(ck.budget, floor=floor)
+        click.echo(f"within the search's latency budget of {budget.ms:g} ms (loss.target_ms); "
                    "--target-ms sets another")
-    if floor is not None and target_ms is None:
+    if floor is not None and budget is None:
         raise UsageError("--floor is a share of a latency budget; give --target-ms, or sample "
                          "a search that had one")
-    entries = sample_architectures(ck, lut, hard, num=num, seed=seed, name=name,
-                                   target_us=None if target_ms is None else target_ms * 1000.0,
-                                   floor=ck.target_floor if floor is None else floor)
+    entries = sample_architectures(ck, lut, hard, num=num, seed=seed, name=name, budget=budget)
     add_architectures(out, entries, force=force)
     if len(entries) == 1:
         click.echo(format_entry(entries[0], lut))

@@ -3,21 +3,21 @@
 A search checkpoint is the trainer's generic checkpoint (:mod:`fbnas.runs.checkpoint`) plus
 what only a search keeps: the ``space`` it searched, one ``theta`` tensor per layer, the
 table it ran with (``lut_path``, ``lut_hash``) and, after its last epoch, the ``decision`` of
-its one-shot check. Sampling reads these through :func:`load_search_checkpoint`; a resumed
-search refuses missing or non-finite theta through :func:`check_search_parts` before any
-weights are loaded.
+its one-shot check. Sampling reads these, and the run's config with its latency budget,
+through :func:`load_search_checkpoint`; a resumed search refuses missing or non-finite theta
+through :func:`check_search_parts` before any weights are loaded.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fbnas.arch.space import SearchSpace
+from fbnas.config import Budget, Config, from_saved
 from fbnas.errors import FbnasError
 from fbnas.io import file_hash
 from fbnas.runs.checkpoint import RESUME_FIX, load_checkpoint, resolve_checkpoint
@@ -62,37 +62,20 @@ class SearchCheckpoint:
     lut_path: str | None
     lut_hash: str | None
     hash: str
-    #: the run's config as the checkpoint stores it (a plain dict)
-    config: dict = field(default_factory=dict)
+    #: the run's config, as this version reads a saved one (fbnas.config.from_saved)
+    config: Config
+    #: the latency budget the search ran under, or None
+    budget: Budget | None = None
     #: the architecture the search's last-epoch one-shot check picked (search.rerank), if any
     decision: list[str] | None = None
     #: (its place in probability order from 0, how many were scored) where there is one
     decision_rank: tuple[int, int] | None = None
 
     @property
-    def target_ms(self) -> float | None:
-        """The search's latency budget in ms (``loss.target_ms`` of a ``loss.form: target``
-        search on latency), or None if it had none."""
-        cfg = self.config if isinstance(self.config, dict) else {}
-        loss, search = cfg.get("loss"), cfg.get("search")
-        if not isinstance(loss, dict) or loss.get("form") != "target":
-            return None
-        if isinstance(search, dict) and search.get("cost", "latency") != "latency":
-            return None
-        t = loss.get("target_ms")
-        if isinstance(t, bool) or not isinstance(t, (int, float)):
-            return None
-        return float(t) if math.isfinite(t) and t > 0 else None
-
-    @property
-    def target_floor(self) -> float:
-        """The share of its budget the search's network must spend (``loss.target_floor``;
-        0 for a run saved before the key existed, as it sampled then)."""
-        loss = (self.config if isinstance(self.config, dict) else {}).get("loss")
-        f = loss.get("target_floor", 0.0) if isinstance(loss, dict) else 0.0
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f < 1:
-            return 0.0
-        return float(f)
+    def floor(self) -> float:
+        """The share of a budget the search's network must spend (``loss.target_floor``),
+        also for a budget given when sampling a search that had none."""
+        return self.config.loss.target_floor
 
 
 def load_search_checkpoint(path: str | Path) -> SearchCheckpoint:
@@ -128,13 +111,18 @@ def load_search_checkpoint(path: str | Path) -> SearchCheckpoint:
         v = t.detach().double().numpy()
         e = np.exp(v - v.max())
         probs.append(e / e.sum())
+    try:
+        config = from_saved(ck["config"])
+    except FbnasError as e:
+        raise FbnasError(f"{where} holds a config this fbnas cannot read: {e}") from None
     epoch = ck.get("epoch")
     return SearchCheckpoint(
         path=ckpt_path, run_dir=run_dir, space=space, probs=probs,
         epoch=int(epoch) if isinstance(epoch, int) else -1,
         lut_path=ck.get("lut_path") if isinstance(ck.get("lut_path"), str) else None,
         lut_hash=ck.get("lut_hash") if isinstance(ck.get("lut_hash"), str) else None,
-        hash=file_hash(ckpt_path), config=ck["config"], decision=_decision(ck, space),
+        hash=file_hash(ckpt_path), config=config, budget=Budget.of(config),
+        decision=_decision(ck, space),
         decision_rank=_decision_rank(ck))
 
 
