@@ -29,9 +29,10 @@ import sys
 import time
 from pathlib import Path
 
-from fbnas.config import load_config
+from fbnas.config import Budget, load_config
 from fbnas.latency.lut import load_lut
-from fbnas.runs.checkpoint import LAST, load_checkpoint, load_search_checkpoint
+from fbnas.runs.checkpoint import LAST, load_checkpoint
+from fbnas.search.checkpoint import load_search_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_common import (common_options, fmt_ops, parse, random_matching,  # noqa: E402
@@ -57,17 +58,18 @@ def cost_only_theta(cfg, space, lut, theta_steps: int) -> list:
     epochs = range(cfg.warmup_epochs, cfg.search.epochs)
     per_epoch = theta_steps // max(1, len(epochs))
     one, mode, multiplier = torch.tensor(1.0), theta_step_mode(cfg), 0.0
+    budget = Budget.of(cfg)
     for epoch in epochs:
         tau = temperature(cfg, epoch)
         for _ in range(per_epoch):
             # the cost part of Supernet.forward, on weights drawn as a theta step draws them
             cost = net.weighted_cost([layer.weights(mode, tau, None)[0] for layer in net.layers])
-            loss, _ = search_loss(cfg, one, penalised_cost(cfg, net, cost), multiplier)
+            loss, _ = search_loss(cfg, budget, one, penalised_cost(cfg, net, cost), multiplier)
             opt.zero_grad()
             loss.backward()
             opt.step()
             if uses_multiplier(cfg):
-                multiplier = next_multiplier(cfg, net, multiplier)
+                multiplier = next_multiplier(cfg, budget, net, multiplier)
     return [p.double().numpy() for p in net.probabilities()]
 
 
@@ -96,14 +98,13 @@ def budget(args) -> None:
     hist = raw["history"]
     cfg = search_config(args, sets)
     lut = load_lut(raw["config"]["lut"], ck.space)
-    target_us = args.target_ms * 1000
-    floor = ck.target_floor
+    budget = Budget(args.target_ms, ck.floor)
     # what fbnas sample --hard returns: the search's one-shot pick where it made one. The
     # control keeps the most probable rule (scoring it one-shot on these weights is what
     # bench_macro.py does; here the retrains judge)
-    found = ck.decision or ops_in_window(lut, ck.space, ck.probs, target_us, floor)
+    found = ck.decision or ops_in_window(lut, ck.space, ck.probs, budget.us, budget.floor)
     control_probs = cost_only_theta(cfg, ck.space, lut, theta_steps_taken(raw))
-    control = ops_in_window(lut, ck.space, control_probs, target_us, floor)
+    control = ops_in_window(lut, ck.space, control_probs, budget.us, budget.floor)
     lat = lut.predict(found)
     randoms = random_matching(lut, lat, args.randoms, args.tol, args.seed)
     print(f"budget {args.target_ms:g} ms: search {len(hist)} epochs in "
@@ -132,7 +133,7 @@ def budget(args) -> None:
         "loss": {"target_on": cfg.loss.target_on, "target_weight": cfg.loss.target_weight,
                  "target_penalty": cfg.loss.target_penalty,
                  "multiplier_lr": cfg.loss.multiplier_lr},
-        "theta_relaxation": cfg.search.theta_relaxation, "floor": floor,
+        "theta_relaxation": cfg.search.theta_relaxation, "floor": budget.floor,
         "retrain_zero_init": cfg.retrain.zero_init_residual,
         "retrain_clip": cfg.retrain.clip_grad_norm,
         "weights_lr": cfg.optim.weights.lr,

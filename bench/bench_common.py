@@ -12,7 +12,8 @@ import random
 from pathlib import Path
 
 from fbnas.config import load_config
-from fbnas.runs.checkpoint import LAST, load_checkpoint, load_search_checkpoint
+from fbnas.runs.checkpoint import LAST, load_checkpoint
+from fbnas.search.checkpoint import load_search_checkpoint
 from fbnas.runs.retrain import run_retrain
 from fbnas.search.run import run_search
 from fbnas.search.sampling import hard_ops

@@ -39,7 +39,8 @@ from pathlib import Path
 from fbnas.arch.space import load_space
 from fbnas.config import load_config
 from fbnas.latency.lut import load_lut
-from fbnas.runs.checkpoint import load_checkpoint, load_search_checkpoint
+from fbnas.runs.checkpoint import load_checkpoint
+from fbnas.search.checkpoint import load_search_checkpoint
 from fbnas.search.budget import top_in_window
 from fbnas.search.groundtruth import (all_keys, judge, key_of, latency_quantile, load_truth,
                                       ops_of, pareto_front)
@@ -119,14 +120,12 @@ def search_one(args, truth, lut, space, lat, quantile, budget_ms: float, seed: i
 def score_run(args, out: Path, truth, lut, space, lat) -> dict:
     """The row of the finished budget search in ``out``: its found network and its cost-only
     control, looked up (and, with --rank, the one-shot ranking on its weights)."""
-    from fbnas.config import from_saved
-
     ck, raw = load_search_checkpoint(out), load_checkpoint(out)
-    cfg = from_saved(raw["config"])
-    if ck.target_ms is None:
+    cfg = ck.config
+    if ck.budget is None:
         raise SystemExit(f"{out} is not a search under a latency budget (loss.form target)")
     hist = raw["history"]
-    budget_us = ck.target_ms * 1000
+    budget_us = ck.budget.us
     floor = cfg.loss.target_floor if args.floor is None else args.floor
     k = cfg.search.rerank if args.rerank is None else args.rerank
     control_probs = cost_only_theta(cfg, space, lut, theta_steps_taken(raw))
@@ -139,7 +138,7 @@ def score_run(args, out: Path, truth, lut, space, lat) -> dict:
     control = decide(out, lut, space, control_probs, budget_us, floor, k)
     v, c = (judge(truth, lat, budget_us, key_of(ops)) for ops in (found, control))
     row = {
-        "budget_ms": ck.target_ms, "floor": floor, "rerank": k if k > 1 else 0,
+        "budget_ms": ck.budget.ms, "floor": floor, "rerank": k if k > 1 else 0,
         "seed": cfg.run.seed, "config": args.config,
         "sets": args.set, "recipe": args.recipe or "default",
         "found": key_of(found), "found_ms": round(lut.predict(found) / 1000, 4),

@@ -27,15 +27,15 @@ import torch
 import torch.nn.functional as F
 
 from fbnas.arch.space import SearchSpace
-from fbnas.config import from_saved
+from fbnas.config import Budget, from_saved
 from fbnas.data.batches import BatchLoader
 from fbnas.data.memory import load_dataset
 from fbnas.data.splits import make_splits
 from fbnas.latency.lut import load_lut
 from fbnas.runs.checkpoint import load_checkpoint, resolve_checkpoint
-from fbnas.runs.rundir import RunPaths
 from fbnas.search.run import (build_supernet, penalised_cost, search_loss, temperature,
                               theta_step_mode)
+from fbnas.latency.recorded import table_copy
 
 
 def main() -> None:
@@ -54,9 +54,10 @@ def main() -> None:
     path, run_dir = resolve_checkpoint(args.run)
     ck = load_checkpoint(path, "search")
     cfg = from_saved(ck["config"])
+    budget = Budget.of(cfg)
     s = cfg.search
     space = SearchSpace.from_dict(ck["space"])
-    table = RunPaths(run_dir).lut
+    table = table_copy(run_dir)
     lut = load_lut(table if table.is_file() else cfg.lut, space)
     net = build_supernet(cfg, space, lut)
     net.load_state_dict(ck["model"])
@@ -88,7 +89,7 @@ def main() -> None:
         charged = penalised_cost(cfg, net, cost)
 
         def loss(ce, cost):
-            return search_loss(cfg, ce, cost, lam)[0].mean()
+            return search_loss(cfg, budget, ce, cost, lam)[0].mean()
 
         g_acc = torch.autograd.grad(loss(ce, charged.detach()), thetas, retain_graph=True)
         g_lat = torch.autograd.grad(loss(ce.detach(), charged), thetas)

@@ -468,7 +468,7 @@ def latency(arch_path, name, lut_path, runtime, threads, batch, rounds, block_ti
     Example:
       fbnas latency runs/search/arch.json --name search_hard --threads 1
     """
-    from fbnas.runs.arch_reports import latency_text
+    from fbnas.latency.arch_reports import latency_text
 
     click.echo(latency_text(arch_path, name, lut_path, runtime=runtime, threads=threads,
                             batch=batch, rounds=rounds, block_time=block_time, seed=seed))
@@ -520,7 +520,7 @@ def summary(arch_path, name, lut_path):
       fbnas summary runs/search/arch.json --name search_hard
       fbnas summary fbnet_c
     """
-    from fbnas.runs.arch_reports import summary_text
+    from fbnas.latency.arch_reports import summary_text
 
     click.echo(summary_text(arch_path, name, lut_path))
 

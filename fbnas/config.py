@@ -323,6 +323,49 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
+@dataclass(frozen=True)
+class Budget:
+    """A search's latency budget: networks predicted at most ``us`` microseconds, spending at
+    least ``floor`` of it where any network of the space does.
+
+    The budget is written in milliseconds (``loss.target_ms``, ``--target-ms``) and consumed
+    in microseconds, the unit of lookup tables; this is the one place the two meet and the one
+    place a budget is checked. A search builds it from its config with :meth:`of`; sampling
+    builds it from the run's saved config, after :func:`from_saved` migrated it, or from
+    ``--target-ms``. ``ms`` keeps the number as written, for what is printed and recorded;
+    everything that compares or divides by the budget reads ``us``.
+    """
+
+    ms: float
+    floor: float = 0.0
+    us: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ms = self.ms
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms) \
+                or ms <= 0:
+            raise UsageError("the latency budget (loss.target_ms of loss.form=target, or "
+                             f"--target-ms) must be a positive number of ms, got {ms!r} (e.g. "
+                             "--set loss.target_ms=5)")
+        check_floor(self.floor)
+        object.__setattr__(self, "us", ms * 1000.0)
+
+    @classmethod
+    def of(cls, cfg: Config) -> Budget | None:
+        """The budget a search with ``cfg`` runs under: None unless ``loss.form`` is target."""
+        if cfg.loss.form != "target":
+            return None
+        return cls(cfg.loss.target_ms, cfg.loss.target_floor)
+
+
+def check_floor(floor: float) -> None:
+    """Refuse a floor outside [0, 1): the share of a budget a network must spend."""
+    if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0 <= floor < 1:
+        raise UsageError("config key loss.target_floor must be in [0, 1) (the share of the "
+                         f"budget the network must spend), got "
+                         f"{format(floor, 'g') if isinstance(floor, (int, float)) else repr(floor)}")
+
+
 def validate(cfg: Config) -> Config:
     """Cross-field checks that a type cannot express."""
     def need(ok: bool, msg: str) -> None:
@@ -355,13 +398,11 @@ def validate(cfg: Config) -> Config:
     need(s.temperature.initial > 0, "config key search.temperature.initial must be positive")
     need(lo.alpha > 0, "config key loss.alpha must be positive")
     need(lo.beta > 0, "config key loss.beta must be positive")
+    check_floor(lo.target_floor)  # sampling a search under --target-ms uses it too
+    Budget.of(cfg)
     if lo.form == "target":
-        need(lo.target_ms is not None and lo.target_ms > 0,
-             "loss.form=target needs a positive loss.target_ms (e.g. --set loss.target_ms=5)")
         need(s.cost == "latency", "loss.form=target needs search.cost=latency")
     need(lo.target_weight > 0, "config key loss.target_weight must be positive")
-    need(0 <= lo.target_floor < 1, "config key loss.target_floor must be in [0, 1) (the share "
-                                   f"of the budget the network must spend), got {lo.target_floor:g}")
     need(0 < lo.multiplier_lr <= 1e6, "config key loss.multiplier_lr must be positive (and at "
                                       "most 1e6)")
     ow, ot = cfg.optim.weights, cfg.optim.theta
@@ -436,8 +477,10 @@ def from_saved(values: dict) -> Config:
         if isinstance(part, dict) and isinstance(part.get(key), str) and part[key] in names:
             part[key] = names[part[key]]
     for (section, key), old in _ADDED.items():
-        if isinstance(values.get(section), dict):
-            values[section].setdefault(key, old)
+        # a saved config without the section lacks the key as much as one without the key
+        part = values.setdefault(section, {})
+        if isinstance(part, dict):
+            part.setdefault(key, old)
     return from_dict(values)
 
 

@@ -21,7 +21,7 @@ from fbnas.cli import main
 from fbnas.errors import FbnasError
 from fbnas.io import file_hash, read_json, write_json
 from fbnas.latency.lut import LUT, load_lut
-from fbnas.runs.checkpoint import load_search_checkpoint
+from fbnas.search.checkpoint import load_search_checkpoint
 from fbnas.search.sampling import draw_ops
 
 ROOT = Path(__file__).resolve().parent.parent

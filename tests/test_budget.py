@@ -14,7 +14,7 @@ from fbnas.arch.space import load_space
 from fbnas.errors import FbnasError
 from fbnas.io import read_json, write_json
 from fbnas.latency.lut import LUT, load_lut
-from fbnas.runs.checkpoint import load_search_checkpoint
+from fbnas.search.checkpoint import load_search_checkpoint
 from fbnas.search.budget import best_path, ops_in_window, ops_under_budget, raw_limit, solve
 from tests.conftest import REPO
 from tests.test_arch import assert_user_error, cli, make_run, peaked_theta

@@ -10,7 +10,7 @@ from fbnas.errors import FbnasError, UsageError
 from fbnas.io import write_json
 from fbnas.latency.fidelity import calibrate_table_file
 from fbnas.latency.lut import show_table
-from fbnas.runs.arch_reports import summary_text
+from fbnas.latency.arch_reports import summary_text
 from fbnas.data.class_subset import write_class_subset
 from fbnas.runs.dist import leave_if_child
 from fbnas.runs.run_config import run_config

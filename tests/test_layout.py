@@ -71,3 +71,42 @@ def test_data_imports_no_other_subpackage():
     for path in (PACKAGE / "data").rglob("*.py"):
         others = imports_of(path) - allowed
         assert not others, f"{path.relative_to(PACKAGE)} imports {sorted(others)}"
+
+
+#: words a name in fbnas/runs/ may not hold: the trainer there is the loop a search and a
+#: retrain share, and theta, the latency budget and the lookup table are the search's
+SEARCH_WORDS = {"theta", "budget", "lut", "table", "ms", "us"}
+#: the one exception: the config names the data split a search trains theta on
+#: (data.theta_fraction), and a run's loaders make the splits
+SPLIT_NAMES = {"theta_fraction"}
+
+
+def names_in(path: Path) -> set[str]:
+    """Every identifier ``path`` defines, uses, imports or passes as a keyword."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.arg):
+            found.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.alias):
+            found.update(n for n in (*node.name.split("."), node.asname) if n)
+        elif isinstance(node, ast.keyword) and node.arg:
+            found.add(node.arg)
+    return found
+
+
+def test_the_shared_training_loop_names_nothing_of_the_search():
+    import re
+
+    offending = []
+    for path in sorted((PACKAGE / "runs").rglob("*.py")):
+        for name in names_in(path) - SPLIT_NAMES:
+            words = {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", name)}
+            if words & SEARCH_WORDS:
+                offending.append(f"{path.relative_to(PACKAGE)}: {name}")
+    assert not offending, offending

@@ -72,14 +72,14 @@ def _search_step_grads(lut_data, sets: list[str], phase: str, seed: int = 1
                        ) -> tuple[list, list]:
     """Gradients of one search micro-batch of ``phase`` through Search.forward_loss."""
     from fbnas.arch.space import load_space
-    from fbnas.config import load_config
+    from fbnas.config import Budget, load_config
     from fbnas.latency.lut import LUT
     from fbnas.runs.dist import DistInfo
     from fbnas.search.run import Search, build_supernet
 
     cfg = load_config(None, ["space=tiny", "search.mode=hard", *sets])
     search = Search.__new__(Search)  # the step alone: no data, run directory or optimizers
-    search.cfg, search.info = cfg, DistInfo()
+    search.cfg, search.info, search.budget = cfg, DistInfo(), Budget.of(cfg)
     search.find_unused_parameters = True
     torch.manual_seed(0)
     search.net = search.model = build_supernet(cfg, load_space("tiny"), LUT(lut_data))

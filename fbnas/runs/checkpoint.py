@@ -4,26 +4,22 @@ Every checkpoint fbnas reads (a search to sample from or resume, a retraining ru
 weights to export) goes through :func:`load_torch`, so each is loaded the same safe way
 (``torch.load(weights_only=True)``, which refuses pickled code) and every failure is the same
 kind of one-line error. A checkpoint is a dict ``{"format": CHECKPOINT_FORMAT, "kind":
-"search" | "model", "epoch", "config", "model", ...}``; a search checkpoint also holds the
-``space`` and one ``theta`` tensor per layer, a model checkpoint the ``definition`` it trained.
+"search" | "model", "epoch", "config", "model", ...}``, plus what its kind of run keeps: a
+model checkpoint the ``definition`` it trained; a search checkpoint is read by
+:mod:`fbnas.search.checkpoint`.
 """
 
 from __future__ import annotations
 
-import math
 import pickle
 import re
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable
 
 from fbnas.arch.definition import space_hash_of, structure_difference
-from fbnas.arch.space import SearchSpace
 from fbnas.errors import FbnasError
-from fbnas.io import atomic_write, file_hash
+from fbnas.io import atomic_write
 
 if TYPE_CHECKING:
     from fbnas.arch.model import Network
@@ -92,36 +88,23 @@ def check_finite_weights(state: Any, where: str, fix: str) -> None:
                          f"or inf, e.g. {bad[0]}); {fix}")
 
 
-def check_theta(index: int, t: Any, where: str) -> None:
-    """Refuse a layer's theta holding NaN or inf."""
-    import torch
-
-    if isinstance(t, torch.Tensor) and not bool(torch.isfinite(t).all()):
-        raise FbnasError(f"{where}: theta of layer {index} is not finite; the search diverged "
-                         "- resume from an earlier checkpoint or rerun with a lower "
-                         "optim.theta.lr")
+#: what a run refused to resume should do instead
+RESUME_FIX = "resume from an earlier checkpoint, or start over with --force"
 
 
-def check_resumable(ck: dict, where: str) -> None:
-    """Refuse to continue from a checkpoint with non-finite weights, or (for a search) one
-    lacking theta, before anything is built from it."""
-    fix = "resume from an earlier checkpoint, or start over with --force"
+def check_resumable(ck: dict, where: str,
+                    check_parts: Callable[[dict, str], None] | None = None) -> None:
+    """Refuse to continue from a checkpoint lacking its model weights or holding non-finite
+    ones, before anything is built from it. ``check_parts`` (the checkpoint, the start of the
+    error) refuses what a kind of run keeps beside the weights, before the weights are
+    checked, so that the error names the part that went wrong."""
     where = f"cannot resume from {where}"
     if not isinstance(ck.get("model"), dict):
         raise FbnasError(f"{where}: it lacks the model weights (truncated or not written by "
-                         f"fbnas?); {fix}")
-    if ck.get("kind") == "search":
-        theta = ck.get("theta")
-        if not isinstance(theta, (list, tuple)) or not theta:
-            raise FbnasError(f"{where}: it lacks 'theta' (truncated or not written by fbnas "
-                             f"train?); {fix}")
-        for i, t in enumerate(theta):
-            check_theta(i, t, where)
-        held = sum(1 for k in ck["model"] if k.rsplit(".", 1)[-1] == "theta")
-        if held < len(theta):
-            raise FbnasError(f"{where}: its model weights lack theta ({held} of {len(theta)} "
-                             f"layers hold one; truncated or hand-edited?); {fix}")
-    check_finite_weights(ck["model"], where, fix)
+                         f"fbnas?); {RESUME_FIX}")
+    if check_parts is not None:
+        check_parts(ck, where)
+    check_finite_weights(ck["model"], where, RESUME_FIX)
 
 
 def save_checkpoint(state: dict, path: str | Path) -> None:
@@ -197,115 +180,6 @@ def load_weights_file(path: str | Path) -> tuple[dict, dict | None]:
         return obj, None
     raise FbnasError(f"{path} is neither an fbnas model checkpoint nor a state_dict of the "
                      "network")
-
-
-@dataclass
-class SearchCheckpoint:
-    """A search checkpoint reduced to what sampling needs: its space and softmax(theta)."""
-
-    path: Path
-    run_dir: Path
-    space: SearchSpace
-    probs: list[np.ndarray]
-    epoch: int
-    lut_path: str | None
-    lut_hash: str | None
-    hash: str
-    #: the run's config as the checkpoint stores it (a plain dict)
-    config: dict = field(default_factory=dict)
-    #: the architecture the search's last-epoch one-shot check picked (search.rerank), if any
-    decision: list[str] | None = None
-    #: (its place in probability order from 0, how many were scored) where there is one
-    decision_rank: tuple[int, int] | None = None
-
-    @property
-    def target_ms(self) -> float | None:
-        """The search's latency budget in ms (``loss.target_ms`` of a ``loss.form: target``
-        search on latency), or None if it had none."""
-        cfg = self.config if isinstance(self.config, dict) else {}
-        loss, search = cfg.get("loss"), cfg.get("search")
-        if not isinstance(loss, dict) or loss.get("form") != "target":
-            return None
-        if isinstance(search, dict) and search.get("cost", "latency") != "latency":
-            return None
-        t = loss.get("target_ms")
-        if isinstance(t, bool) or not isinstance(t, (int, float)):
-            return None
-        return float(t) if math.isfinite(t) and t > 0 else None
-
-    @property
-    def target_floor(self) -> float:
-        """The share of its budget the search's network must spend (``loss.target_floor``;
-        0 for a run saved before the key existed, as it sampled then)."""
-        loss = (self.config if isinstance(self.config, dict) else {}).get("loss")
-        f = loss.get("target_floor", 0.0) if isinstance(loss, dict) else 0.0
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f < 1:
-            return 0.0
-        return float(f)
-
-
-def load_search_checkpoint(path: str | Path) -> SearchCheckpoint:
-    """Load a search checkpoint (a run folder or file) and check its theta against its space."""
-    import torch
-
-    ckpt_path, run_dir = resolve_checkpoint(path)
-    where = f"checkpoint {ckpt_path}"
-    ck = load_checkpoint(ckpt_path, "search", fix="sample from the run folder of fbnas train")
-    for key in ("space", "theta"):
-        if key not in ck:
-            raise FbnasError(f"{where} lacks '{key}' (truncated or from an older fbnas?)")
-    if not isinstance(ck["space"], dict):
-        raise FbnasError(f"{where}: 'space' must be the space mapping")
-    try:
-        space = SearchSpace.from_dict(ck["space"])
-    except FbnasError as e:
-        raise FbnasError(f"{where} holds an invalid space: {e}") from None
-    if ck.get("space_hash") not in (None, space.hash):
-        raise FbnasError(f"{where}: its space hashes to {space.hash}, but it records "
-                         f"{ck['space_hash']}; it was written by an incompatible fbnas")
-    theta = ck["theta"]
-    if not isinstance(theta, (list, tuple)) or len(theta) != len(space.layers):
-        n = len(theta) if isinstance(theta, (list, tuple)) else type(theta).__name__
-        raise FbnasError(f"{where}: theta has {n} layers, space {space.name} has "
-                         f"{len(space.layers)}")
-    probs = []
-    for layer, t in zip(space.layers, theta):
-        if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.numel() != len(layer.candidates):
-            raise FbnasError(f"{where}: theta of layer {layer.index} must be a 1-D tensor of "
-                             f"{len(layer.candidates)} values (one per candidate)")
-        check_theta(layer.index, t, where)
-        v = t.detach().double().numpy()
-        e = np.exp(v - v.max())
-        probs.append(e / e.sum())
-    epoch = ck.get("epoch")
-    return SearchCheckpoint(
-        path=ckpt_path, run_dir=run_dir, space=space, probs=probs,
-        epoch=int(epoch) if isinstance(epoch, int) else -1,
-        lut_path=ck.get("lut_path") if isinstance(ck.get("lut_path"), str) else None,
-        lut_hash=ck.get("lut_hash") if isinstance(ck.get("lut_hash"), str) else None,
-        hash=file_hash(ckpt_path), config=ck["config"], decision=_decision(ck, space),
-        decision_rank=_decision_rank(ck))
-
-
-def _decision_rank(ck: dict) -> tuple[int, int] | None:
-    d = ck.get("decision")
-    if not isinstance(d, dict) or not isinstance(d.get("candidates"), list):
-        return None
-    rank = d.get("rank")
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(
-            d["candidates"]):
-        return None
-    return rank, len(d["candidates"])
-
-
-def _decision(ck: dict, space: SearchSpace) -> list[str] | None:
-    """The ops of the search's recorded one-shot pick, if it holds a valid one."""
-    d = ck.get("decision")
-    ops = d.get("ops") if isinstance(d, dict) else None
-    if not isinstance(ops, list) or len(ops) != len(space.layers) or not all(
-            isinstance(o, str) and o in layer.candidates for o, layer in zip(ops, space.layers)):
-        return None
-    return list(ops)
 
 
 def load_weights(model: Network, path: str | Path) -> str:

@@ -65,7 +65,7 @@ def launch(trainer_cls: type[Trainer], cfg: Config, out: str | Path, resume: boo
 
             def start() -> None:
                 lock.started = True
-                start_run_dir(paths, fresh=not resume)
+                start_run_dir(paths, fresh=not resume, own_files=trainer.own_files)
                 log.open(paths.log)
                 trainer.write_run_files()
 

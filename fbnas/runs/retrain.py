@@ -105,7 +105,7 @@ class Retrain(Trainer):
     def forward_loss(self, x: torch.Tensor, y: torch.Tensor, epoch: int, phase: str):
         ce = F.cross_entropy(self.model(self.to_format(x)), y,
                              label_smoothing=self.cfg.retrain.label_smoothing)
-        return ce, ce, None, None
+        return ce, {"ce": ce}
 
     def to_format(self, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x

@@ -2,12 +2,10 @@
 self-contained.
 
 A run directory holds everything needed to resume a run, sample from it and read its history
-without the files it was started from: ``config.yaml`` (the resolved config), ``lut.json`` (a
-byte copy of the lookup table a search ran with, calibration included, so re-profiling or
-calibrating the original later changes nothing for the run), ``metrics.jsonl`` (one JSON line
-per finished epoch, the figures of the epoch line), ``train.log``, ``tensorboard/``,
-``pictures/`` and ``checkpoints/last.pt``. The functions at the end find the table that goes
-with a search or with an architecture a run wrote, wherever the run directory has moved.
+without the files it was started from: ``config.yaml`` (the resolved config),
+``metrics.jsonl`` (one JSON line per finished epoch, the figures of the epoch line),
+``train.log``, ``tensorboard/``, ``pictures/`` and ``checkpoints/last.pt``, plus the files a
+kind of run keeps for itself (a search's copy of its lookup table: fbnas.search.table).
 
 The folder is checked before a run sets up (so a bad ``--out`` fails at once) but created only
 after the set-up succeeded, so that a run refused for bad input leaves nothing behind.
@@ -21,13 +19,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from fbnas.errors import FbnasError, Warn, warn_stderr
-from fbnas.io import atomic_write, check_writable, file_hash
-from fbnas.latency.matching import warn_other_machine
+from fbnas.errors import FbnasError
+from fbnas.io import atomic_write, check_writable
 from fbnas.runs.checkpoint import LAST, load_checkpoint
-
-#: the name of the lookup table's copy in a run directory
-TABLE_COPY = "lut.json"
 
 
 @dataclass(frozen=True)
@@ -45,10 +39,6 @@ class RunPaths:
     @property
     def metrics(self) -> Path:
         return self.root / "metrics.jsonl"
-
-    @property
-    def lut(self) -> Path:
-        return self.root / TABLE_COPY
 
     @property
     def tensorboard(self) -> Path:
@@ -157,13 +147,14 @@ def remove_stale_temporaries(paths: RunPaths) -> int:
     return gone
 
 
-def start_run_dir(paths: RunPaths, fresh: bool) -> None:
-    """Create the folder; for a fresh run, remove what an earlier run (--force) left in it;
-    for a resumed one, what a killed run left half-written."""
+def start_run_dir(paths: RunPaths, fresh: bool, own_files: tuple[str, ...] = ()) -> None:
+    """Create the folder; for a fresh run, remove what an earlier run (--force) left in it,
+    the files every run writes and ``own_files`` (names in the folder that the kind of run
+    keeps); for a resumed one, what a killed run left half-written."""
     if fresh:
         for p in (paths.checkpoints, paths.tensorboard, paths.pictures):
             shutil.rmtree(p, ignore_errors=True)
-        for p in (paths.config, paths.log, paths.metrics, paths.lut):
+        for p in (paths.config, paths.log, paths.metrics, *(paths.root / n for n in own_files)):
             p.unlink(missing_ok=True)
     remove_stale_temporaries(paths)
     try:
@@ -171,16 +162,6 @@ def start_run_dir(paths: RunPaths, fresh: bool) -> None:
     except OSError as e:
         raise FbnasError(f"cannot use {paths.root} as the run directory: {e.strerror or e}; "
                          "pick another --out") from None
-
-
-def copy_table(src: Path, paths: RunPaths, expected_hash: str) -> None:
-    """Keep the run's lookup table as RUN_DIR/lut.json, byte for byte."""
-    if src.resolve() == paths.lut.resolve():
-        return
-    atomic_write(paths.lut, lambda p: shutil.copyfile(src, p))
-    if file_hash(paths.lut) != expected_hash:
-        paths.lut.unlink(missing_ok=True)
-        raise FbnasError(f"lookup table {src} changed while the run started; start again")
 
 
 def write_metrics(paths: RunPaths, history: list[dict]) -> None:
@@ -206,71 +187,3 @@ def resume_config(out: str | Path) -> dict:
     from fbnas.config import from_saved
 
     return from_saved(load_checkpoint(RunPaths(Path(out)).last)["config"]).to_dict()
-
-
-# -- the lookup table that goes with a run or with an architecture it wrote -------------
-def run_table(run_dir: Path, lut_hash: str | None) -> Path | None:
-    """The copy of its lookup table a run directory keeps (RUN_DIR/lut.json), if it holds the
-    table recorded by ``lut_hash``."""
-    copy = Path(run_dir) / TABLE_COPY
-    if copy.is_file() and (lut_hash is None or file_hash(copy) == lut_hash):
-        return copy
-    return None
-
-
-def resolve_lut(ck, lut_path: str | Path | None = None,
-                warn: Warn = warn_stderr):
-    """The table to predict with: ``lut_path``, else the search's own (the run directory's
-    copy; for a run directory without one, the table at the path it records), checked
-    against the space.
-
-    A missing table is an error (predictions are part of every definition). A recorded table
-    whose hash differs from the search's only warns: ``fbnas calibrate`` adds a calibration
-    in place, which changes the hash but not the entries the search trained against.
-    """
-    from fbnas.latency.lut import load_lut
-
-    if lut_path is None:
-        lut_path = run_table(ck.run_dir, ck.lut_hash)
-    if lut_path is None:
-        if not ck.lut_path:
-            raise FbnasError(f"checkpoint {ck.path} does not record its lookup table; "
-                             "pass --lut PATH")
-        if not Path(ck.lut_path).is_file():
-            raise FbnasError(f"the search's lookup table {ck.lut_path} does not exist (paths "
-                             "are relative to where fbnas train ran); pass --lut PATH")
-        lut_path = ck.lut_path
-    lut = load_lut(lut_path)
-    lut.check_space(ck.space)
-    warn_other_machine(lut, warn)
-    h = file_hash(lut_path)
-    if ck.lut_hash and h != ck.lut_hash:
-        warn(f"lookup table {lut_path} (hash {h}) is not the file the search used (hash "
-             f"{ck.lut_hash}); it was re-profiled or calibrated since, predictions use it as "
-             "it is now")
-    return lut
-
-
-def recorded_lut(defn: dict, lut_path: str | Path | None, warn: Warn = warn_stderr,
-                 arch_path: str | Path | None = None):
-    """The table given by ``lut_path``, else the one the entry records if it still exists,
-    else the run's copy next to the architecture file ``arch_path`` (RUN_DIR/arch.json and
-    RUN_DIR/lut.json, wherever the run directory has moved) if it is the recorded table."""
-    from fbnas.latency.lut import load_lut
-
-    if lut_path is not None:
-        return load_lut(lut_path)
-    src = defn.get("source")
-    rec = src.get("lut") if isinstance(src, dict) else None
-    if not isinstance(rec, str):
-        return None
-    if not Path(rec).is_file() and arch_path is not None:
-        h = src.get("lut_hash")
-        copy = run_table(Path(arch_path).parent, h) if isinstance(h, str) else None
-        if copy is not None:
-            return load_lut(copy)
-    if not Path(rec).is_file():
-        warn(f"the architecture's lookup table {rec} does not exist here; pass --lut PATH "
-             "for predictions")
-        return None
-    return load_lut(rec)

@@ -12,7 +12,6 @@ how a run is started, fbnas.runs.launch.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import signal
 import threading
@@ -37,7 +36,7 @@ from fbnas.runs.health import epoch_warnings
 from fbnas.runs.loaders import load_run_data, skipped_files, train_batches
 from fbnas.runs.rundir import RunPaths, append_metrics, write_metrics
 from fbnas.runs.schedule import cosine_factor
-from fbnas.runs.stats import PhaseStats, StepFigures, across_ranks
+from fbnas.runs.stats import PhaseStats, StepFigures, across_ranks, step_figures
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 logger = logging.getLogger(__name__)
@@ -52,11 +51,19 @@ class Trainer:
 
     kind = "base"
     phases: tuple[str, ...] = ("weights",)
+    #: what forward_loss reports beside the loss, in this order: averaged per step (and over
+    #: the processes), summed per phase, kept in a mid-epoch checkpoint
+    figures: tuple[str, ...] = ("ce",)
+    #: the TensorBoard name of the loss and of each figure, under train_PHASE/
+    figure_tags: dict[str, str] = {"loss": "loss_total", "ce": "loss_ce"}
     #: the config keys a diverged run should lower
     lr_keys: tuple[str, ...] = ("optim.weights.lr",)
     find_unused_parameters = False
     #: what the epoch line calls the val set's score
     val_label = "val top1"
+    #: files in the run directory that this kind of run writes beside the shared ones (a
+    #: fresh run removes those an earlier run left)
+    own_files: tuple[str, ...] = ()
 
     # -- to be provided by subclasses ---------------------------------------------------------
     epochs: int
@@ -80,9 +87,10 @@ class Trainer:
     def plan_length(self, epoch: int) -> int:
         raise NotImplementedError
 
-    def forward_loss(self, x: torch.Tensor, y: torch.Tensor, epoch: int, phase: str):
-        """(loss, ce, cost or None, cost factor or None) of one micro-batch of ``phase``;
-        ce, cost and factor may be per image."""
+    def forward_loss(self, x: torch.Tensor, y: torch.Tensor, epoch: int, phase: str
+                     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """(loss, {name: figure for each name of ``figures``}) of one micro-batch of
+        ``phase``; the loss is what backward runs on, a figure may be per image."""
         raise NotImplementedError
 
     def eval_logits(self, x: torch.Tensor) -> torch.Tensor:
@@ -96,6 +104,11 @@ class Trainer:
 
     def after_step(self, phase: str) -> None:
         """Called after each optimizer step of ``phase`` (state that follows the steps)."""
+
+    def check_resume_parts(self, ckpt: dict, where: str) -> None:
+        """Refuse a checkpoint to resume from whose own parts (what this kind of run keeps
+        beside the weights) are missing or unusable; runs before its weights are checked.
+        ``where`` starts the error."""
 
     def check_resume(self, ckpt: dict) -> None:
         """Refuse a checkpoint that belongs to a different run setup (one that is unusable
@@ -143,7 +156,7 @@ class Trainer:
 
     def phase_record(self, phase: str, mean: StepFigures) -> dict:
         """The epoch record's figures of one phase, from the mean of its step figures."""
-        return {f"{phase}_loss": mean.loss, f"{phase}_ce": mean.ce}
+        return {f"{phase}_loss": mean["loss"], f"{phase}_ce": mean["ce"]}
 
     def setup(self, ckpt: dict | None) -> None:
         """Resolve what the model is built from (space, table, definition); ``ckpt`` is the
@@ -176,7 +189,7 @@ class Trainer:
         self.cfg, self.paths, self.info, self.device = cfg, paths, info, device
         self.setup(ckpt)
         if ckpt is not None:
-            check_resumable(ckpt, f"checkpoint {self.paths.last}")
+            check_resumable(ckpt, f"checkpoint {self.paths.last}", self.check_resume_parts)
             self.check_resume(ckpt)
         self._load_data()
         torch.manual_seed(cfg.run.seed)
@@ -199,7 +212,7 @@ class Trainer:
             cosine_factor(steps, self.epochs, self.lr_warmup_epochs(), ow.min_lr / ow.lr))
         self.epoch = 0
         self.position = 0  # plan items already done in the current epoch
-        self.epoch_stats = {p: PhaseStats() for p in self.phases}  # their sums
+        self.epoch_stats = {p: PhaseStats.of(self.figures) for p in self.phases}  # their sums
         self.global_step = 0
         self.history: list[dict] = []
         self.rng_state = None
@@ -248,7 +261,7 @@ class Trainer:
             "rng_torch": torch.get_rng_state() if self.position else None,
             "history": self.history, "world_size": self.info.world_size,
             # mid-epoch: the sums so far, so that the resumed epoch's record covers all of it
-            "epoch_stats": ({p: dataclasses.asdict(st) for p, st in self.epoch_stats.items()}
+            "epoch_stats": ({p: st.to_dict() for p, st in self.epoch_stats.items()}
                             if self.position else None),
             **self.extra_state(),
         }
@@ -272,8 +285,9 @@ class Trainer:
         sums = ckpt.get("epoch_stats")
         if self.position and isinstance(sums, dict):
             try:
-                self.epoch_stats = {p: PhaseStats(**sums[p]) for p in self.phases}
-            except (KeyError, TypeError):
+                self.epoch_stats = {p: PhaseStats.from_dict(sums[p], self.figures)
+                                    for p in self.phases}
+            except (KeyError, TypeError, ValueError):
                 raise FbnasError(f"cannot resume from {self.paths.last}: its epoch_stats are "
                                  "damaged; start over with --force") from None
         if self.position and ckpt.get("world_size", 1) != self.info.world_size:
@@ -306,7 +320,7 @@ class Trainer:
     def train_epoch(self, epoch: int) -> dict[str, PhaseStats]:
         cfg, k = self.cfg, self.accumulate
         if not self.position:  # a resumed epoch goes on from the checkpoint's sums
-            self.epoch_stats = {p: PhaseStats() for p in self.phases}
+            self.epoch_stats = {p: PhaseStats.of(self.figures) for p in self.phases}
         stats = self.epoch_stats
         micro = {p: 0 for p in self.phases}
         self.model.train()
@@ -328,9 +342,8 @@ class Trainer:
             sync = nullcontext() if last_micro or not self.info.enabled else self.model.no_sync()
             with sync:
                 with self.precision():
-                    loss, ce, cost, factor = self.forward_loss(x, y, epoch, phase)
-                step = across_ranks(StepFigures.of(loss, ce, cost, factor), self.info,
-                                    self.device)
+                    loss, figures = self.forward_loss(x, y, epoch, phase)
+                step = across_ranks(step_figures(loss, figures), self.info, self.device)
                 if step is None:
                     raise self._diverged(epoch, item, phase)
                 (loss / k).backward()
@@ -347,7 +360,7 @@ class Trainer:
             progress.update()
             if self.writer is not None and self.global_step % cfg.run.log_every == 0 \
                     and micro[phase] % k == 0:
-                self._log_step(phase, stats[phase].mean(), cost is not None, epoch)
+                self._log_step(phase, stats[phase].mean(), epoch)
             if self.stop_requested and all(m % k == 0 for m in micro.values()):
                 break
         progress.close()
@@ -389,14 +402,11 @@ class Trainer:
                 "images": int(count)}
 
     # -- logging -----------------------------------------------------------------------------
-    def _log_step(self, phase: str, mean: StepFigures, has_cost: bool, epoch: int) -> None:
+    def _log_step(self, phase: str, mean: StepFigures, epoch: int) -> None:
         """Running means of the phase so far in this epoch."""
         w, step = self.writer, self.global_step
-        w.add_scalar(f"train_{phase}/loss_total", mean.loss, step)
-        w.add_scalar(f"train_{phase}/loss_ce", mean.ce, step)
-        if has_cost:
-            w.add_scalar(f"train_{phase}/loss_cost_factor", mean.factor, step)
-            w.add_scalar(f"train_{phase}/cost_sampled", mean.cost, step)
+        for name, tag in self.figure_tags.items():
+            w.add_scalar(f"train_{phase}/{tag}", mean[name], step)
         for name, opt in self.optimizers.items():
             w.add_scalar(f"lr/{name}", opt.param_groups[0]["lr"], step)
         for key, value in self.epoch_extras(epoch).items():

@@ -400,11 +400,9 @@ def ops_under_budget(lut, space, probs, budget_us: float, warn: Warn = warn_stde
     candidate order) whose ``lut.predict`` is at most ``budget_us``, as op names.
 
     Raises FbnasError when even the fastest architecture of the space is predicted above the
-    budget, naming that minimum.
+    budget, naming that minimum. ``budget_us`` is a checked budget's ``Budget.us``
+    (fbnas.config.Budget).
     """
-    if not (isinstance(budget_us, (int, float)) and math.isfinite(budget_us) and budget_us > 0):
-        raise FbnasError(f"the latency budget must be a positive number of ms, got "
-                         f"{budget_us!r} us")
     costs = _layer_costs(lut, space)
     if costs:
         # fold the stem and head into the first layer: the sums then run in raw_sum's order,

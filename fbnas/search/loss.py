@@ -50,9 +50,8 @@ def target_loss(ce: torch.Tensor, cost_us: torch.Tensor, target_us: float,
                 weight: float = 1.0, multiplier: float | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Return (loss, penalty): weight * |cost / target - 1|, or with ``multiplier``
-    multiplier * (cost / target - 1)."""
-    if target_us <= 0:
-        raise FbnasError("the target latency must be positive")
+    multiplier * (cost / target - 1). ``target_us`` is a checked budget's ``Budget.us``
+    (fbnas.config.Budget)."""
     error = cost_us / target_us - 1.0
     penalty = weight * error.abs() if multiplier is None else multiplier * error
     return ce + penalty, penalty

@@ -24,19 +24,22 @@ import torch
 import torch.nn.functional as F
 
 from fbnas.arch.space import load_space
-from fbnas.config import Config
+from fbnas.config import Budget, Config
 from fbnas.errors import FbnasError, UsageError
 from fbnas.io import file_hash
 from fbnas.latency.lut import load_lut
+from fbnas.latency.recorded import TABLE_COPY, table_copy
 from fbnas.runs.launch import launch
 from fbnas.runs.loaders import loader
-from fbnas.runs.rundir import copy_table, resume_config
+from fbnas.runs.rundir import resume_config
 from fbnas.runs.stats import StepFigures
 from fbnas.runs.trainer import Batch, Trainer
+from fbnas.search.checkpoint import check_search_parts
 from fbnas.search.health import search_warnings, skip_count
 from fbnas.search.loss import multiplier_step, paper_loss, target_loss
 from fbnas.search.pictures import progress_chart, theta_heatmap, write_png
 from fbnas.search.supernet import Supernet, recalibrated_bn
+from fbnas.search.table import copy_table
 
 __all__ = ["Search", "run_search", "resume_config", "temperature"]
 
@@ -62,23 +65,24 @@ def uses_multiplier(cfg: Config) -> bool:
     return cfg.loss.form == "target" and cfg.loss.target_penalty == "multiplier"
 
 
-def search_loss(cfg: Config, ce: torch.Tensor, cost: torch.Tensor,
+def search_loss(cfg: Config, budget: Budget | None, ce: torch.Tensor, cost: torch.Tensor,
                 multiplier: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, cost factor or penalty) of the config's loss form; ``multiplier`` is the
-    budget's Lagrange multiplier under ``loss.target_penalty: multiplier``."""
+    """(loss, cost factor or penalty): the target form against ``budget`` (``Budget.of(cfg)``)
+    where there is one, else the paper's; ``multiplier`` is the budget's Lagrange multiplier
+    under ``loss.target_penalty: multiplier``."""
     lo = cfg.loss
-    if lo.form == "target":
-        return target_loss(ce, cost, lo.target_ms * 1000.0, lo.target_weight,
+    if budget is not None:
+        return target_loss(ce, cost, budget.us, lo.target_weight,
                            multiplier if uses_multiplier(cfg) else None)
     return paper_loss(ce, cost, lo.alpha, lo.beta)
 
 
-def next_multiplier(cfg: Config, net, multiplier: float) -> float:
+def next_multiplier(cfg: Config, budget: Budget, net, multiplier: float) -> float:
     """The multiplier after a theta step: dual ascent on the argmax network's latency, the
     network whose latency the penalty charges (and, under ``target_on: sample``, still the
     one the search is steered by)."""
-    return multiplier_step(multiplier, net.cost_of(net.argmax_ops()),
-                           cfg.loss.target_ms * 1000.0, cfg.loss.multiplier_lr)
+    return multiplier_step(multiplier, net.cost_of(net.argmax_ops()), budget.us,
+                           cfg.loss.multiplier_lr)
 
 
 def penalised_cost(cfg: Config, net, cost: torch.Tensor) -> torch.Tensor:
@@ -113,6 +117,11 @@ class Search(Trainer):
     phases = ("weights", "theta")
     lr_keys = ("optim.weights.lr", "optim.theta.lr")
     val_label = "supernet val top1"
+    own_files = (TABLE_COPY,)
+    #: beside the cross-entropy, every step reports the sampled network's cost and the
+    #: cost factor (paper) or budget penalty (target) of the search loss
+    figures = ("ce", "cost", "factor")
+    figure_tags = {**Trainer.figure_tags, "factor": "loss_cost_factor", "cost": "cost_sampled"}
     #: the budget's Lagrange multiplier (loss.target_penalty: multiplier); set in setup
     multiplier = 0.0
 
@@ -131,9 +140,8 @@ class Search(Trainer):
         self.in_channels = self.space.in_channels
         self.num_classes = self.space.num_classes
         self.find_unused_parameters = cfg.search.mode == "hard"
-        lo = cfg.loss
-        self.budget_us = lo.target_ms * 1000.0 if lo.form == "target" else None
-        if self.budget_us is not None:
+        self.budget = Budget.of(cfg)
+        if self.budget is not None:
             self._check_budget()
         # the budget's Lagrange multiplier (loss.target_penalty: multiplier), resumed exactly
         self.multiplier = float((ckpt or {}).get("multiplier", 0.0))
@@ -151,11 +159,11 @@ class Search(Trainer):
 
         costs = self.lut.layer_costs()
         uniform = [np.full(len(c), 1.0 / len(c)) for c in costs]
-        ops_under_budget(self.lut, self.space, uniform, self.budget_us)  # raises below minimum
+        ops_under_budget(self.lut, self.space, uniform, self.budget.us)  # raises below minimum
         names = self.lut.layer_candidates()
         slowest = self.lut.predict([n[int(np.argmax(c))] for n, c in zip(names, costs)])
-        if self.budget_us > slowest:
-            self.warn(f"the budget {self.budget_us / 1000:.3f} ms is above the slowest network "
+        if self.budget.us > slowest:
+            self.warn(f"the budget {self.budget.ms:.3f} ms is above the slowest network "
                       f"of {self.space.name} ({slowest / 1000:.3f} ms predicted): the search "
                       "will push every layer toward its slowest candidate")
 
@@ -163,7 +171,7 @@ class Search(Trainer):
         """The table to search with: config key ``lut`` for a new run; the run's copy,
         RUN_DIR/lut.json, for a resumed one, whatever happened to the original since (a run
         directory from before the copy existed resumes with the original, if unchanged)."""
-        named, copy = Path(self.cfg.lut), self.paths.lut
+        named, copy = Path(self.cfg.lut), table_copy(self.paths.root)
         if ckpt is not None and copy.is_file():
             # --lut naming another file than the one the run started with must be that table
             if str(self.cfg.lut) != ckpt.get("lut_path") and not (
@@ -176,6 +184,9 @@ class Search(Trainer):
             raise FbnasError(f"lookup table {named} does not exist; create it with: "
                              f"fbnas profile --space {self.cfg.space} --out {named}")
         return named
+
+    def check_resume_parts(self, ckpt: dict, where: str) -> None:
+        check_search_parts(ckpt, where)
 
     def check_resume(self, ckpt: dict) -> None:
         if ckpt.get("space_hash") != self.space.hash:
@@ -191,7 +202,7 @@ class Search(Trainer):
 
     def write_run_files(self) -> None:
         super().write_run_files()
-        copy_table(self.lut_path, self.paths, self.lut_hash)
+        copy_table(self.lut_path, self.paths.root, self.lut_hash)
 
     def apply_hyperparameters(self) -> None:
         super().apply_hyperparameters()
@@ -202,7 +213,7 @@ class Search(Trainer):
     def phase_record(self, phase: str, mean: StepFigures) -> dict:
         record = super().phase_record(phase, mean)
         if phase == "theta":
-            record["theta_cost_sampled"] = mean.cost
+            record["theta_cost_sampled"] = mean["cost"]
         return record
 
     def make_train_loaders(self, data, splits, **common) -> None:
@@ -241,15 +252,14 @@ class Search(Trainer):
         a budget the most probable architecture whose predicted latency is within it and, where
         the space allows, at least ``loss.target_floor`` of it; after the last epoch, the
         one-shot check's pick (:meth:`rerank`) where it ran."""
-        if self.budget_us is None:
+        if self.budget is None:
             return self.net.argmax_ops()
         if self.decision is not None:
             return list(self.decision["ops"])
         from fbnas.search.budget import ops_in_window
 
         probs = [p.double().numpy() for p in self.net.probabilities()]
-        return ops_in_window(self.lut, self.space, probs, self.budget_us,
-                             self.cfg.loss.target_floor)
+        return ops_in_window(self.lut, self.space, probs, self.budget.us, self.budget.floor)
 
     def rerank(self) -> dict | None:
         """Score the ``search.rerank`` most probable networks within the budget's window
@@ -261,13 +271,13 @@ class Search(Trainer):
         candidate, and one pass over the held-out split tells the worst of those apart.
         """
         k = self.cfg.search.rerank
-        if self.budget_us is None or k <= 1 or self.val_loader is None:
+        if self.budget is None or k <= 1 or self.val_loader is None:
             return None
         from fbnas.search.budget import top_in_window
 
         probs = [p.double().numpy() for p in self.net.probabilities()]
-        options = top_in_window(self.lut, self.space, probs, self.budget_us,
-                                self.cfg.loss.target_floor, k)
+        options = top_in_window(self.lut, self.space, probs, self.budget.us, self.budget.floor,
+                                k)
         scored = [{"ops": ops, "val_top1": self.evaluate(
             self.val_loader, path=self.net.path_of(ops))["top1"]} for ops in options]
         best = max(range(len(scored)), key=lambda i: (scored[i]["val_top1"], -i))
@@ -303,7 +313,7 @@ class Search(Trainer):
         if phase != "theta":
             return
         if uses_multiplier(self.cfg):
-            self.multiplier = next_multiplier(self.cfg, self.net, self.multiplier)
+            self.multiplier = next_multiplier(self.cfg, self.budget, self.net, self.multiplier)
         track, ops = self.argmax_track, self.net.argmax_ops()
         track["steps"] += 1
         if ops != track["ops"]:
@@ -374,13 +384,13 @@ class Search(Trainer):
             logits, cost = self.model(x, tau=temperature(self.cfg, epoch), mode=mode,
                                       per_sample=s.per_sample, all_candidates=every)
         ce = F.cross_entropy(logits, y, reduction="none" if cost.dim() else "mean")
-        loss, factor = search_loss(self.cfg, ce, penalised_cost(self.cfg, self.net, cost),
-                                   self.multiplier)
+        loss, factor = search_loss(self.cfg, self.budget, ce,
+                                   penalised_cost(self.cfg, self.net, cost), self.multiplier)
         if phase == "weights":
             # the cost term trains theta only: as a factor of the weights' loss it would scale
             # their learning rate with every knob of the trade-off (see fbnas/search/loss.py)
             loss = ce
-        return loss.mean(), ce, cost, factor
+        return loss.mean(), {"ce": ce, "cost": cost, "factor": factor}
 
     def reinforce_loss(self, x: torch.Tensor, y: torch.Tensor):
         """A theta step on ``search.theta_paths`` networks drawn from softmax(theta), each run
@@ -397,7 +407,7 @@ class Search(Trainer):
                 costs.append(self.net.cost_of([l.candidates[i] for l, i in
                                                zip(self.net.layers, path)]))
         ce, cost = torch.stack(ces), torch.tensor(costs, dtype=ces[0].dtype)
-        reward_loss, factor = search_loss(self.cfg, ce, cost, self.multiplier)
+        reward_loss, factor = search_loss(self.cfg, self.budget, ce, cost, self.multiplier)
         baseline = self.reward_baseline
         loss = surrogate(log_probability(theta, paths), -reward_loss,
                          float(-reward_loss.mean()) if baseline is None else baseline)
@@ -405,7 +415,7 @@ class Search(Trainer):
                                              self.cfg.search.reinforce_momentum)
         # the value printed is the sampled networks' search loss; the gradient the surrogate's
         loss = loss - loss.detach() + reward_loss.mean()
-        return loss, ce.mean(), cost.mean(), factor.mean()
+        return loss, {"ce": ce.mean(), "cost": cost.mean(), "factor": factor.mean()}
 
     def _weights_need_grad(self, on: bool) -> None:
         """A theta step never uses the weights' gradients: not computing them saves about a
@@ -431,8 +441,8 @@ class Search(Trainer):
                 f"{len(self.splits['val'])} images, {self.info.world_size} process(es) on "
                 f"{self.device}, batch {cfg.data.batch_size} per process, supernet "
                 f"{cfg.search.supernet}, " + (
-                    f"latency budget {self.budget_us / 1000:g} ms ({cfg.loss.target_penalty} "
-                    "penalty)" if self.budget_us is not None
+                    f"latency budget {self.budget.ms:g} ms ({cfg.loss.target_penalty} "
+                    "penalty)" if self.budget is not None
                     else f"loss CE * {cfg.loss.alpha:g} * (log LAT)^{cfg.loss.beta:g}"))
 
     def epoch_extras(self, epoch: int) -> dict:
@@ -450,8 +460,8 @@ class Search(Trainer):
         record = {"found_cost": self.net.cost_of(ops), "found_skips": skip_count(ops),
                   # how decided theta is: the mean over layers of the largest probability
                   "theta_decided": float(np.mean([float(p.max()) for p in probs]))}
-        if self.budget_us is not None:
-            record["budget_ms"] = self.cfg.loss.target_ms
+        if self.budget is not None:
+            record["budget_ms"] = self.budget.ms
         stable = self.argmax_stable()
         if stable is not None:
             record["argmax_stable"] = stable

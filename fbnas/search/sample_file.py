@@ -20,13 +20,16 @@ def sample_to_file(source: Path, hard: bool = False, target_ms: float | None = N
     budget ``target_ms`` or the search's own) from the checkpoint ``source``, add them to
     ``out`` (default: the run folder's arch.json), report them to ``echo`` and return
     their entries."""
+    from dataclasses import replace
+
     from fbnas.arch.definition import add_architectures
+    from fbnas.config import Budget
     from fbnas.errors import UsageError
     from fbnas.io import check_writable
     from fbnas.latency.reports import format_entry, format_ranked
-    from fbnas.runs.checkpoint import load_search_checkpoint
-    from fbnas.runs.rundir import resolve_lut
+    from fbnas.search.checkpoint import load_search_checkpoint
     from fbnas.search.sampling import sample_architectures
+    from fbnas.search.table import resolve_lut
 
     if hard and num > 1:
         raise UsageError("--num draws from softmax(theta); --hard gives one architecture")
@@ -37,16 +40,17 @@ def sample_to_file(source: Path, hard: bool = False, target_ms: float | None = N
     out = out or ck.run_dir / "arch.json"
     check_writable(out)
     lut = resolve_lut(ck, lut_path)
-    if hard and target_ms is None and ck.target_ms is not None:
-        target_ms = ck.target_ms
-        echo(f"within the search's latency budget of {target_ms:g} ms (loss.target_ms); "
+    budget = None
+    if target_ms is not None:
+        budget = Budget(target_ms, ck.floor if floor is None else floor)
+    elif hard and ck.budget is not None:
+        budget = ck.budget if floor is None else replace(ck.budget, floor=floor)
+        echo(f"within the search's latency budget of {budget.ms:g} ms (loss.target_ms); "
              "--target-ms sets another")
-    if floor is not None and target_ms is None:
+    if floor is not None and budget is None:
         raise UsageError("--floor is a share of a latency budget; give --target-ms, or sample "
                          "a search that had one")
-    entries = sample_architectures(ck, lut, hard, num=num, seed=seed, name=name,
-                                   target_us=None if target_ms is None else target_ms * 1000.0,
-                                   floor=ck.target_floor if floor is None else floor)
+    entries = sample_architectures(ck, lut, hard, num=num, seed=seed, name=name, budget=budget)
     add_architectures(out, entries, force=force)
     if len(entries) == 1:
         echo(format_entry(entries[0], lut))

@@ -19,9 +19,10 @@ import numpy as np
 import fbnas
 from fbnas.arch.definition import CORE_KEYS
 from fbnas.arch.space import SearchSpace
+from fbnas.config import Budget
 from fbnas.errors import FbnasError, UsageError
 from fbnas.io import file_hash
-from fbnas.runs.checkpoint import SearchCheckpoint
+from fbnas.search.checkpoint import SearchCheckpoint
 from fbnas.search.budget import ops_in_window
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
@@ -107,38 +108,37 @@ def make_entry(ck: SearchCheckpoint, lut, ops: list[str], name: str, sampling: d
 
 
 def sample_architectures(ck: SearchCheckpoint, lut, hard: bool, num: int = 1, seed: int = 0,
-                         name: str | None = None, target_us: float | None = None,
-                         floor: float = 0.0) -> list[dict]:
+                         name: str | None = None, budget: Budget | None = None) -> list[dict]:
     """Entries for the hard architecture or ``num`` distinct draws, fastest predicted first.
 
-    With ``target_us``, the hard architecture is the most probable one whose (calibrated)
-    predicted latency is at most ``target_us`` microseconds and, where any network of the
-    space reaches it, at least ``floor * target_us``; at the search's own budget and floor,
-    the network its last-epoch one-shot check picked among those (``search.rerank``), where
-    it fits ``lut``'s prediction too.
+    With ``budget``, the hard architecture is the most probable one whose (calibrated)
+    predicted latency is at most ``budget.us`` and, where any network of the space reaches
+    it, at least ``budget.floor`` of it; at the search's own budget (``ck.budget``, floor
+    included), the network its last-epoch one-shot check picked among those
+    (``search.rerank``), where it fits ``lut``'s prediction too.
     """
-    if target_us is not None and not hard:
+    if budget is not None and not hard:
         raise UsageError("a latency budget (--target-ms) picks the most probable architecture "
                          "within it; it needs --hard")
     if hard:
         base = check_name(name) if name else f"{run_name(ck)}_hard"
-        if target_us is None:
+        if budget is None:
             return [make_entry(ck, lut, hard_ops(ck.space, ck.probs), base,
                                {"method": "argmax"})]
-        searched = (ck.decision is not None and ck.target_ms is not None
-                    and abs(target_us - ck.target_ms * 1000) < 1e-6
-                    and floor == ck.target_floor and lut.predict(ck.decision) <= target_us)
+        searched = (ck.decision is not None and ck.budget is not None
+                    and abs(budget.us - ck.budget.us) < 1e-6 and budget.floor == ck.budget.floor
+                    and lut.predict(ck.decision) <= budget.us)
         if searched:
             # the search's own budget, floor and a table it fits: its one-shot check chose
             ops = ck.decision
-            how = {"method": "one_shot_rerank", "target_ms": round(target_us / 1000.0, 9)}
+            how = {"method": "one_shot_rerank", "target_ms": round(budget.ms, 9)}
             if ck.decision_rank is not None:
                 how["rank"], how["of"] = ck.decision_rank
         else:
-            ops = ops_in_window(lut, ck.space, ck.probs, target_us, floor)
-            how = {"method": "argmax_under_budget", "target_ms": round(target_us / 1000.0, 9)}
-        if floor:
-            how["floor"] = floor
+            ops = ops_in_window(lut, ck.space, ck.probs, budget.us, budget.floor)
+            how = {"method": "argmax_under_budget", "target_ms": round(budget.ms, 9)}
+        if budget.floor:
+            how["floor"] = budget.floor
         return [make_entry(ck, lut, ops, base, how)]
     if num < 1:
         raise FbnasError("--num must be at least 1")

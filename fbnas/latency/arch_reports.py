@@ -1,8 +1,8 @@
 """Reports on one network of an architecture file, with the lookup table it records.
 
 ``fbnas summary`` and ``fbnas latency`` both start from an architecture file and, unless
-told otherwise, the table the search that found the network used; finding that table goes
-through the run directory, which is why they sit in ``runs`` and not in ``latency``.
+told otherwise, the table the search that found the network used, found by the rules of
+fbnas.latency.recorded even after the run directory moved.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ def summary_text(arch_path: Path, name: str | None = None, lut_path: Path | None
     and the latency of the table ``lut_path`` (default: the one the architecture records)."""
     from fbnas.arch.definition import select
     from fbnas.latency.reports import format_summary
-    from fbnas.runs.rundir import recorded_lut
+    from fbnas.latency.recorded import recorded_lut
 
     _, defn = select(arch_path, name)
     return format_summary(defn, recorded_lut(defn, lut_path, arch_path=arch_path))
@@ -31,7 +31,7 @@ def latency_text(arch_path: Path, name: str | None = None, lut_path: Path | None
     from fbnas.arch.definition import select
     from fbnas.latency.measure import latency_report
     from fbnas.latency.runtimes import DEFAULT_BLOCK_TIME
-    from fbnas.runs.rundir import recorded_lut
+    from fbnas.latency.recorded import recorded_lut
 
     name, defn = select(arch_path, name)
     lut = recorded_lut(defn, lut_path, arch_path=arch_path)
