@@ -101,8 +101,8 @@ class SearchConfig:
     theta_gradient: str = _choices("all", "sampled", default="all")
     # how a theta step weights a layer's candidates: "softmax", softmax(theta) without noise
     # (a deterministic relaxation, as DARTS's), at the cost of theta_gradient=all; "gumbel",
-    # the Gumbel sample of search.mode (the paper), whose accuracy signal was pure noise
-    # within an epoch on the CIFAR-10 subset (docs/search.md, Supernet)
+    # the Gumbel sample of search.mode (the paper); why softmax is the default:
+    # docs/search.md, Supernet
     theta_relaxation: str = _choices("gumbel", "softmax", default="softmax")
     # how a theta step estimates theta's gradient: "relaxed" differentiates through the
     # candidates' mixing weights (theta_relaxation; every candidate runs), "reinforce" runs
@@ -131,8 +131,8 @@ class LossConfig:
     # the target form (fbnas train --target-ms): CE + target_weight * |LAT / target - 1|,
     # which drives the search to spend the budget (see fbnas/search/loss.py)
     target_ms: Optional[float] = None
-    # 0.2 left a 0.6 ms budget at 0.43 ms even with target_on=argmax: the cross-entropy's
-    # pull toward skip won; 1.0 landed it at 0.576 ms (and 1.0 ms at 0.97 .. 1.0 ms)
+    # the penalty's weight against the cross-entropy's pull toward cheap ops; how the default
+    # was chosen: docs/search.md, Loss
     target_weight: float = 1.0
     # which network's latency the penalty compares with the budget: the argmax of theta (the
     # one `fbnas sample --hard` returns) or the step's Gumbel sample (see fbnas/search/loss.py)
@@ -440,8 +440,8 @@ def from_dict(values: dict) -> Config:
 
 
 # keys that earlier versions wrote into run configs and that no longer mean anything: a run
-# started with them still resumes (loss.target_exponent: the target form was
-# CE * max(1, LAT/T)^exponent, which made the weights diverge and ended far under budget).
+# started with them still resumes (loss.target_exponent: the target form was once
+# CE * max(1, LAT/T)^exponent; docs/search.md says why it went).
 # Only saved configs are forgiven; a user's file naming them is refused like any unknown key.
 _RETIRED = {"loss": ("target_exponent",)}
 
