@@ -366,6 +366,11 @@ def check_floor(floor: float) -> None:
                          f"{format(floor, 'g') if isinstance(floor, (int, float)) else repr(floor)}")
 
 
+#: the most decoding processes data.workers may ask for per training process: each holds a
+#: copy of the loader's state, and beyond the cores they only compete for them
+MAX_WORKERS = 64
+
+
 def validate(cfg: Config) -> Config:
     """Cross-field checks that a type cannot express."""
     def need(ok: bool, msg: str) -> None:
@@ -377,7 +382,12 @@ def validate(cfg: Config) -> Config:
     need(d.batch_size >= 1 and d.eval_batch_size >= 1, "config key data.batch_size must be >= 1")
     need(d.limit >= 0, "config key data.limit must be >= 0")
     need(d.resolution >= 0, "config key data.resolution must be >= 0 (0: the network's)")
-    need(d.workers >= -1, "config key data.workers must be >= 0, or -1 to choose from the cores")
+    need(-1 <= d.workers <= MAX_WORKERS,
+         f"config key data.workers must be from 0 to {MAX_WORKERS} (decoding processes per "
+         f"training process), or -1 to choose from the cores; got {d.workers}")
+    need(not d.classes or d.kind == "folder",
+         f"config key data.classes ({d.classes}) selects class folders of an image folder, "
+         f"but data.kind is {d.kind}; drop data.classes or set data.kind: folder")
     need(d.memory_mb >= 0, "config key data.memory_mb must be >= 0")
     need(s.recalibrate_images >= 0, "config key search.recalibrate_images must be >= 0")
     need(s.epochs >= 1, "config key search.epochs must be at least 1")

@@ -26,7 +26,7 @@ from torch import nn
 from fbnas.config import Config, dump
 from fbnas.data.batches import BatchLoader
 from fbnas.data.dataset import Dataset
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, UsageError
 from fbnas.io import atomic_write
 from fbnas.machine import busy_warning, precision_warning
 from fbnas.progress import Progress
@@ -68,6 +68,8 @@ class Trainer:
     # -- to be provided by subclasses ---------------------------------------------------------
     epochs: int
     accumulate: int = 1
+    #: the config key that sets ``accumulate``, for the error that refuses it
+    accumulate_key = "search.accumulate"
     resolution: int
     in_channels: int = 3
     num_classes: int
@@ -244,6 +246,37 @@ class Trainer:
         self._skips_reported = 0
         self.make_train_loaders(rd.data, rd.splits, **rd.common)
         self.val_loader, self.test_loader = rd.val_loader, rd.test_loader
+        self._check_accumulation()
+
+    def _check_accumulation(self) -> None:
+        """Refuse an ``accumulate`` above the batches a phase gets in an epoch, whatever the
+        plan's alternation: that phase's optimizer would never step. The plans of the first
+        and the last epoch (warm-up and not) are run on batch tokens and counted."""
+        k = self.accumulate
+        if k <= 1:
+            return
+        loaders = self.loaders()
+        for ld in loaders:
+            ld.dry_run(True)
+        try:
+            for epoch in sorted({0, self.epochs - 1}):
+                counts: dict[str, int] = {}
+                for phase, _ in self.plan(epoch):
+                    counts[phase] = counts.get(phase, 0) + 1
+                # a phase without batches is one the plan leaves out of that epoch (theta
+                # during warm-up); an empty plan never steps at all
+                short = [(p, n) for p, n in counts.items() if n < k] or \
+                    ([] if counts else [(self.phases[0], 0)])
+                if short:
+                    phase, n = short[0]
+                    raise UsageError(
+                        f"{self.accumulate_key} ({k}) is above the {n} {phase} batches of "
+                        f"epoch {epoch + 1}, so its optimizer would never step; use at most "
+                        f"--set {self.accumulate_key}={max(1, n)}, or larger splits or "
+                        "smaller batches")
+        finally:
+            for ld in loaders:
+                ld.dry_run(False)
 
     def train_batches(self, data: Dataset, indices: torch.Tensor, seed: int, **common
                       ) -> BatchLoader:
