@@ -115,7 +115,20 @@ def scan_folder(root: str | Path, classes: list[str] | None = None,
     return FolderIndex(root, names, train, test, skipped)
 
 
+def not_a_file(path: Path) -> str:
+    """Why ``path``, named as an image but not a regular file (nor a folder), is left out."""
+    if path.is_symlink():
+        return "is a symbolic link to a missing file or to itself"
+    return "is not a regular file (a pipe, socket or device?)"
+
+
 def _class_dirs(folder: Path, root: Path) -> list[Path]:
+    broken = sorted(p for p in folder.iterdir() if p.is_symlink() and not p.exists()
+                    and not p.name.startswith(".") and p.suffix.lower() not in IMAGE_SUFFIXES)
+    if broken:
+        # no skip_bad here: a class left out would shift the ids of the classes after it
+        raise FbnasError(f"class folder {shown(broken[0])} is a symbolic link to a missing folder "
+                         f"or to itself ({len(broken)} such); fix or remove the link")
     dirs = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not dirs:
         raise FbnasError(f"{folder} has no class folders: expected {folder_layout(root)}")
@@ -131,25 +144,54 @@ def _split_files(folder: Path, present: list[str], names: list[str], root: Path,
         d = folder / name
         good = []
         for p in sorted(p for p in d.iterdir()
-                        if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES):
-            why = check_header(p)
+                        if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir()):
+            why = check_header(p) if p.is_file() else not_a_file(p)
             if why is None:
                 good.append(str(p))
             elif skip_bad:
-                skipped.append((str(p), why))
+                skipped.append((shown(p), why))
             else:
-                raise FbnasError(f"image {p} {why}; {SKIP_HINT}")
+                raise FbnasError(f"image {shown(p)} {why}; {SKIP_HINT}")
         if not good:
             why = f"has no readable images ({', '.join(IMAGE_SUFFIXES)})"
             if not skip_bad:
-                raise FbnasError(f"class folder {d} {why}; add images, remove the folder, or "
-                                 "set data.skip_bad: true")
-            skipped.append((str(d), why))  # the class keeps its id: no label shifts
+                raise FbnasError(f"class folder {shown(d)} {why}; add images, remove the "
+                                 "folder, or set data.skip_bad: true")
+            skipped.append((shown(d), why))  # the class keeps its id: no label shifts
         files += good
         labels += [ids[name]] * len(good)
     if not files:
         raise FbnasError(f"{folder} holds no readable images: expected {folder_layout(root)}")
     return Split(files, torch.tensor(labels, dtype=torch.int64))
+
+
+def shown(path: str | Path) -> str:
+    """``path`` as it can be printed and logged: bytes of a file name that are not UTF-8 (which
+    Python holds as lone surrogates) written as \\xHH escapes."""
+    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def drop_unreadable(index: FolderIndex, part: Split, bad: dict[int, str],
+                    skip_bad: bool) -> None:
+    """Leave the files at positions ``bad`` (-> why) out of ``part``, a split of ``index``,
+    recording them in ``index.skipped``; without ``skip_bad`` the first is an error naming it.
+    A class folder left with no images keeps its id, as at the scan."""
+    first = min(bad)
+    if not skip_bad:
+        raise FbnasError(f"image {shown(part.files[first])} {bad[first]}; {SKIP_HINT}")
+    folder = Path(part.files[first]).parent.parent
+    keep = [i for i in range(len(part.files)) if i not in bad]
+    before = set(part.labels.tolist())
+    for i in sorted(bad):
+        index.skipped.append((shown(part.files[i]), bad[i]))
+    part.files = [part.files[i] for i in keep]
+    part.labels = part.labels[torch.tensor(keep, dtype=torch.int64)]
+    for c in sorted(before - set(part.labels.tolist())):
+        index.skipped.append((shown(folder / index.classes[c]),
+                              f"has no readable images ({', '.join(IMAGE_SUFFIXES)})"))
+    if not part.files:
+        raise FbnasError(f"{shown(index.root)} holds no readable images in one of its splits: "
+                         f"expected {folder_layout(shown(index.root))}")
 
 
 def check_header(path: Path) -> str | None:
@@ -164,7 +206,7 @@ def check_header(path: Path) -> str | None:
     except Image.DecompressionBombError:
         return "has more pixels than Pillow opens safely (a decompression bomb?)"
     except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as e:
-        return f"cannot be read as an image ({e})"
+        return shown(f"cannot be read as an image ({e})")
     return None
 
 
@@ -180,7 +222,7 @@ def open_rgb(path: str):
             out.load()
             return out
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
-        raise ValueError(str(e) or type(e).__name__) from None
+        raise ValueError(shown(str(e) or type(e).__name__)) from None
 
 
 def check_resolution(resolution: int) -> None:

@@ -15,7 +15,7 @@ import torch
 
 from fbnas.data.cifar import load_cifar10
 from fbnas.data.dataset import Dataset, channel_stats
-from fbnas.data.folders import SKIP_HINT, FolderIndex, check_resolution, scan_folder
+from fbnas.data.folders import SKIP_HINT, FolderIndex, check_resolution, scan_folder, shown
 from fbnas.errors import FbnasError, UsageError
 
 
@@ -65,8 +65,9 @@ def _decode_split(index: FolderIndex, split, resolution: int, skip_bad: bool):
                 out[len(keep)] = np.asarray(img)
                 keep.append(n)
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+            why = shown(f"cannot be decoded ({e})")
             if not skip_bad:
-                raise FbnasError(f"image {path} cannot be decoded ({e}); {SKIP_HINT}") from None
-            index.skipped.append((path, f"cannot be decoded ({e})"))
+                raise FbnasError(f"image {shown(path)} {why}; {SKIP_HINT}") from None
+            index.skipped.append((shown(path), why))
     images = torch.from_numpy(out[:len(keep)]).permute(0, 3, 1, 2).contiguous()
     return images, split.labels[torch.tensor(keep, dtype=torch.int64)]

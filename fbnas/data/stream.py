@@ -24,7 +24,7 @@ import torch
 
 from fbnas.data.batches import BatchLoader
 from fbnas.data.dataset import channel_stats
-from fbnas.data.folders import SKIP_HINT, open_rgb
+from fbnas.data.folders import SKIP_HINT, FolderIndex, drop_unreadable, open_rgb, shown
 from fbnas.data.splits import mix_seed
 from fbnas.errors import FbnasError
 
@@ -167,7 +167,15 @@ class StreamLoader(BatchLoader):
             # one it would shift the Gumbel noise of a resumed run (nothing here uses it)
             generator=torch.Generator().manual_seed(0))
         it = iter(loader)
-        for _ in range(len(batches)):
+        try:
+            yield from self._batches(it, len(batches))
+        finally:
+            # workers left running by an error hold copies of the run's descriptors (its
+            # lock among them) for as long as the error's traceback is kept
+            _stop_workers(it)
+
+    def _batches(self, it, count: int):
+        for _ in range(count):
             try:
                 x, y, bad = next(it)
             except RuntimeError as e:  # a worker killed (out of memory?) or timed out
@@ -176,11 +184,13 @@ class StreamLoader(BatchLoader):
                                  "data.batch_size") from None
             for path, why in bad:
                 if not self.skip_bad:
-                    raise FbnasError(f"image {path} {why}; {SKIP_HINT}")
-                self.bad[path] = why
+                    # every image decoded when the run started: this one changed since
+                    raise FbnasError(f"image {shown(path)} {why}, though it decoded when the "
+                                     f"run started; {SKIP_HINT}, then resume the run (--resume)")
+                self.bad[shown(path)] = why
             if x is None:
                 raise FbnasError(f"every image of a batch of {self.source()} failed to decode "
-                                 f"(first: {bad[0][0]}); check the folder")
+                                 f"(first: {shown(bad[0][0])}); check the folder")
             x = x.to(self.device, non_blocking=True)
             yield (x.to(torch.float32).mul_(self._scale).add_(self._shift),
                    y.to(self.device, non_blocking=True))
@@ -188,7 +198,61 @@ class StreamLoader(BatchLoader):
     def source(self) -> str:
         from pathlib import Path
 
-        return str(Path(self.files[0]).parent.parent) if self.files else "the image folder"
+        return shown(Path(self.files[0]).parent.parent) if self.files else "the image folder"
+
+
+class _Decodes(torch.utils.data.Dataset):
+    """Decodes single images for :func:`check_decodes`: (index, why it failed or None)."""
+
+    def __init__(self, files: list[str]):
+        self.files = files
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int):
+        try:
+            open_rgb(self.files[i])
+        except ValueError as e:
+            return i, f"cannot be decoded ({e})"
+        return i, None
+
+
+def _stop_workers(it) -> None:
+    """End the worker processes of a DataLoader iterator now, not when it is collected."""
+    stop = getattr(it, "_shutdown_workers", None)
+    if stop is not None:
+        stop()
+
+
+def _items(items):
+    return items
+
+
+def check_decodes(index: FolderIndex, workers: int, skip_bad: bool) -> None:
+    """Decode every image of ``index`` once, in ``workers`` processes, before anything trains,
+    as the in-memory loader does: the scan reads headers only, and a file damaged further in
+    (a truncated JPEG) would otherwise pass it and stop the run when a batch first meets it.
+    An image that fails is a one-line error naming it, or with ``skip_bad`` is dropped from
+    its split and added to ``index.skipped``."""
+    for part in (index.train, index.test):
+        if part is None:
+            continue
+        loader = torch.utils.data.DataLoader(
+            _Decodes(part.files), batch_size=32, num_workers=workers, collate_fn=_items,
+            timeout=WORKER_TIMEOUT if workers else 0)
+        bad: dict[int, str] = {}
+        it = iter(loader)
+        try:
+            for batch in it:
+                bad.update((i, why) for i, why in batch if why is not None)
+        except RuntimeError as e:  # a worker killed (out of memory?) or timed out
+            raise FbnasError(f"checking the images of {shown(index.root)} failed: "
+                             f"{str(e).splitlines()[0]}; lower data.workers") from None
+        finally:
+            _stop_workers(it)
+        if bad:
+            drop_unreadable(index, part, bad, skip_bad)
 
 
 def sample_stats(files: list[str], size: int, count: int = 256) -> tuple[tuple, tuple]:

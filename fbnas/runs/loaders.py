@@ -79,16 +79,18 @@ def open_dataset(cfg: Config, resolution: int, world_size: int = 1) -> Dataset:
         data.how = (f"image folder {index.root}, {images} images decoded into memory at "
                     f"{size}x{size} ({why})")
         return data
-    from fbnas.data.stream import sample_stats
+    from fbnas.data.stream import check_decodes, sample_stats
 
     workers = d.workers if d.workers >= 0 else default_workers(world_size)
+    check_decodes(index, workers, d.skip_bad)
     mean, std = sample_stats(index.train.files, size)
     test = index.test.labels if index.test is not None else None
     data = Dataset(None, index.train.labels, None, test, index.classes, mean, std, kind="folder",
                    source=str(index.root), files=index, size=size, workers=workers,
                    skipped=index.skipped)
     data.how = (f"image folder {index.root}, {images} images streamed at {size}x{size} by "
-                f"{workers} worker process(es) per training process ({why}); mean/std "
+                f"{workers} worker process(es) per training process ({why}), each decoded "
+                f"once before training to check it; mean/std "
                 f"estimated on {min(256, len(index.train))} training images")
     return data
 

@@ -149,12 +149,18 @@ class Trainer:
         """A line when files skipped under data.skip_bad were found since the last one."""
         skipped = skipped_files(self.data, self.loaders())
         new = skipped[self._skips_reported:]
-        self._skips_reported = len(skipped)
-        if not new:
-            return []
-        path, why = new[0]
-        return [f"skipped {len(new)} unreadable file(s) or empty class folder(s) "
-                f"(data.skip_bad; {len(skipped)} in all), first {path}: {why}"]
+        # a line for what the scan found (headers, links, empty folders), one for what failed
+        # to decode (before training, or in a batch)
+        decoded = [w for w in new if w[1].startswith("cannot be decoded")]
+        lines = []
+        for group in ([w for w in new if w not in decoded], decoded):
+            if group:
+                self._skips_reported += len(group)
+                path, why = group[0]
+                lines.append(f"skipped {len(group)} unreadable file(s) or empty class folder(s) "
+                             f"(data.skip_bad; {self._skips_reported} in all), first {path}: "
+                             f"{why}")
+        return lines
 
     def phase_record(self, phase: str, mean: StepFigures) -> dict:
         """The epoch record's figures of one phase, from the mean of its step figures."""
