@@ -2,7 +2,8 @@
 
 The paper's ImageNet-100 is 100 classes drawn from ImageNet; this writes such a draw as the
 class list ``data.classes`` reads, and can also lay the drawn classes out as a folder of
-links, a data set of its own.
+links, a data set of its own. Names are written with the escapes of
+:func:`fbnas.data.folders.escape_class_name`, so that any folder name reads back as itself.
 """
 
 from __future__ import annotations
@@ -17,16 +18,16 @@ def write_class_subset(root: Path, num: int, seed: int, out: Path, link: Path | 
     ``out`` (with ``link``, also link their folders under that new folder) and return
     them. The same folder and seed give the same classes."""
     from fbnas.errors import UsageError
-    from fbnas.io import atomic_write, refuse_overwrite
-    from fbnas.data.folders import link_subset, pick_classes
+    from fbnas.io import refuse_overwrite
+    from fbnas.data.folders import link_subset, pick_classes, shown, write_class_list
 
     refuse_overwrite(out, force)
     if link is not None and link.exists():
         raise UsageError(f"{link} already exists; name a new folder for --link")
     names = pick_classes(root, num, seed)
-    header = f"# {num} classes of {root} drawn with seed {seed} (fbnas classes)\n"
-    atomic_write(out, lambda p: p.write_text(header + "".join(f"{n}\n" for n in names)))
-    echo(f"wrote {out}: {num} classes of {root}, seed {seed}")
+    where = shown(root)  # names are escaped in the list (docs/data.md), a path when printed
+    write_class_list(out, names, f"{num} classes of {where} drawn with seed {seed} (fbnas classes)")
+    echo(f"wrote {out}: {num} classes of {where}, seed {seed}")
     if link is not None:
         made = link_subset(root, names, link)
         echo(f"linked {made} class folders into {link}; train on it with data.dir: {link}")

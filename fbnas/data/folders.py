@@ -55,22 +55,107 @@ def folder_layout(root: Path | str) -> str:
     return FOLDER_LAYOUT.replace("ROOT", str(root))
 
 
+#: characters a class list writes as escapes wherever they are in a name: the escape itself,
+#: the comment sign, and characters that end or break a line or do not print
+_ESCAPED = {"\\": "\\\\", "#": "\\#", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_NAMED = {"\\": "\\", "#": "#", "n": "\n", "r": "\r", "t": "\t"}
+_HEX = {"x": 2, "u": 4, "U": 8}
+
+
+def _escape_char(c: str) -> str:
+    if c in _ESCAPED:
+        return _ESCAPED[c]
+    o = ord(c)
+    if 0xDC80 <= o <= 0xDCFF:  # a byte of a file name that is not UTF-8
+        return f"\\x{o - 0xDC00:02x}"
+    if o < 0x20 or o == 0x7F or (c.isspace() and c != " ") or not c.isprintable():
+        return f"\\x{o:02x}" if o < 0x80 else f"\\u{o:04x}" if o <= 0xFFFF else f"\\U{o:08x}"
+    return c
+
+
+def escape_class_name(name: str) -> str:
+    """``name`` as one line of a class list that :func:`read_class_list` reads back as
+    ``name``: a backslash, ``#``, line breaks, tabs and other unprintable characters escaped
+    (``\\\\``, ``\\#``, ``\\n``, ``\\r``, ``\\t``, ``\\xHH``, ``\\uXXXX``), and spaces at either end
+    written ``\\x20`` (a line's ends are stripped). A byte of a file name that is not UTF-8 is
+    ``\\xHH`` with HH 80 or above."""
+    out = [_escape_char(c) for c in name]
+    for ends in (range(len(name)), range(len(name) - 1, -1, -1)):
+        for i in ends:
+            if name[i] != " ":
+                break
+            out[i] = "\\x20"
+    return "".join(out)
+
+
+def _unescape_line(line: str, where: str) -> str:
+    """One line of a class list: escapes decoded, an unescaped ``#`` ends it, and unescaped
+    white space at either end is dropped."""
+    chars: list[tuple[str, bool]] = []  # (character, escaped)
+    i = 0
+    while i < len(line):
+        c = line[i]
+        if c == "#":
+            break
+        if c != "\\":
+            chars.append((c, False))
+            i += 1
+            continue
+        kind = line[i + 1:i + 2]
+        if kind in _NAMED:
+            chars.append((_NAMED[kind], True))
+            i += 2
+            continue
+        digits = line[i + 2:i + 2 + _HEX.get(kind, 0)]
+        if kind not in _HEX or len(digits) != _HEX[kind] or \
+                not all(d in "0123456789abcdefABCDEF" for d in digits):
+            bad = line[i:i + 2 + _HEX.get(kind, 0)]
+            raise FbnasError(f"{where} has an unknown escape {bad!r}; write a backslash as "
+                             "\\\\, and other characters as \\#, \\n, \\t, \\xHH or \\uXXXX")
+        o = int(digits, 16)
+        if kind == "x" and o >= 0x80:
+            o += 0xDC00  # a raw byte of a file name, as Python holds one that is not UTF-8
+        elif o > 0x10FFFF:
+            raise FbnasError(f"{where} has an escape beyond Unicode ({line[i:i + 10]!r})")
+        chars.append((chr(o), True))
+        i += 2 + len(digits)
+    while chars and not chars[0][1] and chars[0][0].isspace():
+        chars.pop(0)
+    while chars and not chars[-1][1] and chars[-1][0].isspace():
+        chars.pop()
+    return "".join(c for c, _ in chars)
+
+
+def write_class_list(path: str | Path, names: list[str], comment: str = "") -> None:
+    """Write ``names`` to ``path`` one per line, escaped (see :func:`escape_class_name`) so
+    that :func:`read_class_list` gives them back exactly, after a ``# comment`` line."""
+    from fbnas.io import atomic_write
+
+    head = f"# {shown(comment)}\n" if comment else ""
+    text = head + "".join(escape_class_name(n) + "\n" for n in names)
+    atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+
+
 def read_class_list(path: str | Path) -> list[str]:
-    """Class folder names, one per line (blank lines and ``#`` comments ignored)."""
+    """Class folder names, one per line (blank lines and ``#`` comments ignored; escapes as
+    :func:`escape_class_name` writes them)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise FbnasError(f"cannot read class list {path}: {getattr(e, 'strerror', None) or e}; "
                          "point data.classes at a text file with one class folder name per "
                          "line") from None
-    names = [ln.split("#", 1)[0].strip() for ln in text.splitlines()]
+    # lines end at \n alone (a trailing \r is white space): the other breaks str.splitlines
+    # knows are characters a name may hold
+    names = [_unescape_line(ln, f"class list {path}, line {n}")
+             for n, ln in enumerate(text.split("\n"), 1)]
     names = [n for n in names if n]
     if not names:
         raise FbnasError(f"class list {path} names no classes; write one class folder name "
                          "per line")
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
-        raise FbnasError(f"class list {path} names {dup[0]} twice; list each class once")
+        raise FbnasError(f"class list {path} names {shown(dup[0])} twice; list each class once")
     return names
 
 
@@ -98,8 +183,9 @@ def scan_folder(root: str | Path, classes: list[str] | None = None,
         have = {d.name for d in found}
         missing = [c for c in classes if c not in have]
         if missing:
-            raise FbnasError(f"{train_dir} has no class folder {missing[0]} named in the class "
-                             f"list ({len(missing)} missing); check data.classes and data.dir")
+            raise FbnasError(f"{shown(train_dir)} has no class folder {escape_class_name(missing[0])} "
+                             f"named in the class list ({len(missing)} missing); check "
+                             "data.classes and data.dir")
         names = list(classes)
     skipped: list[tuple[str, str]] = []
     train = _split_files(train_dir, names, names, root, skip_bad, skipped)
@@ -108,7 +194,8 @@ def scan_folder(root: str | Path, classes: list[str] | None = None,
         test_names = [d.name for d in _class_dirs(test_dir, root)]
         unknown = [c for c in test_names if c not in names and classes is None]
         if unknown:
-            raise FbnasError(f"{test_dir} has classes not in {train_dir}: {', '.join(unknown)}; "
+            raise FbnasError(f"{shown(test_dir)} has classes not in {shown(train_dir)}: "
+                             f"{', '.join(escape_class_name(u) for u in unknown)}; "
                              f"expected {folder_layout(root)} with the same class names")
         test = _split_files(test_dir, [c for c in names if c in test_names], names, root,
                             skip_bad, skipped)

@@ -103,3 +103,70 @@ def test_an_image_damaged_mid_run_is_one_line_and_the_run_resumes(folder, tiny_l
     run_search(cfg, tmp_path / "run", resume=True, echo=quiet)
     same_state(load_checkpoint(tmp_path / "full/checkpoints/last.pt"),
                load_checkpoint(tmp_path / "run/checkpoints/last.pt"))
+
+
+# -- class lists: whatever a folder may be called, the list gives it back -----------------------
+
+ODD_NAMES = ["a b", "#x", "x#y # z", "  lead", "trail ", "x\ny", "back\\slash", "tab\tz",
+             "\u2028sep", "caf\udce9", "é ok", "\r", "plain"]
+
+
+def test_class_lists_round_trip_any_folder_name(tmp_path):
+    from fbnas.data.folders import read_class_list, write_class_list
+
+    path = tmp_path / "c.txt"
+    write_class_list(path, ODD_NAMES, "written for caf\udce9")
+    assert read_class_list(path) == ODD_NAMES
+    lines = path.read_text(encoding="utf-8").split("\n")
+    assert lines[0] == "# written for caf\\xe9" and "caf\\xe9" in lines and "x\\#y \\# z" in lines
+    # hand-written lists keep their meaning: comments, blank lines, spaces at the ends
+    path.write_text("# mine\n\n  dog  # the dogs\ncat\r\nn\\u00e9e\n")
+    assert read_class_list(path) == ["dog", "cat", "n\u00e9e"]
+
+
+@pytest.mark.parametrize("line", ["a\\qb", "a\\x4", "a\\", "\\U00110000"])
+def test_a_class_list_with_a_bad_escape_names_the_line(tmp_path, line):
+    from fbnas.data.folders import read_class_list
+
+    path = tmp_path / "c.txt"
+    path.write_text(f"ok\n{line}\n")
+    with pytest.raises(FbnasError, match=r"c.txt, line 2 has .*escape") as e:
+        read_class_list(path)
+    assert "\n" not in str(e.value)
+
+
+def test_the_classes_command_writes_names_a_run_reads_back(tmp_path):
+    from click.testing import CliRunner
+
+    from fbnas.cli import main
+
+    root = tmp_path / "odd"
+    for name in ODD_NAMES:
+        save(root / "train" / name / "0.png", (8, 8), color=(1, 2, 3))
+    (root / "train" / "plain" / "bad\udcff.png").write_text("not an image")
+    out = tmp_path / "list.txt"
+    res = CliRunner().invoke(main, ["classes", str(root), "--num", str(len(ODD_NAMES)),
+                                    "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    from fbnas.data.folders import read_class_list
+
+    assert sorted(read_class_list(out)) == sorted(ODD_NAMES)
+    index = scan_folder(root, read_class_list(out), skip_bad=True)
+    assert sorted(index.classes) == sorted(ODD_NAMES) and len(index.train) == len(ODD_NAMES)
+    # the skipped file is named printably: a log line holding it can be written
+    (path, why), = index.skipped
+    assert path.endswith("plain/bad\\xff.png")
+    (path + why).encode("utf-8")
+    with pytest.raises(FbnasError, match=r"image .*plain/bad\\xff.png cannot be read") as e:
+        scan_folder(root)
+    str(e.value).encode("utf-8")
+
+
+def test_a_missing_listed_class_is_named_as_the_list_writes_it(tmp_path):
+    from fbnas.data.folders import read_class_list, write_class_list
+
+    save(tmp_path / "d" / "train" / "cat" / "0.png", (8, 8))
+    write_class_list(tmp_path / "c.txt", ["cat", "caf\udce9"])
+    with pytest.raises(FbnasError, match=r"no class folder caf\\xe9 named in the class list "
+                                         r"\(1 missing\)"):
+        scan_folder(tmp_path / "d", read_class_list(tmp_path / "c.txt"))
