@@ -183,9 +183,9 @@ def scan_folder(root: str | Path, classes: list[str] | None = None,
         have = {d.name for d in found}
         missing = [c for c in classes if c not in have]
         if missing:
-            raise FbnasError(f"{shown(train_dir)} has no class folder {escape_class_name(missing[0])} "
-                             f"named in the class list ({len(missing)} missing); check "
-                             "data.classes and data.dir")
+            raise FbnasError(f"{shown(train_dir)} has no class folder "
+                             f"{escape_class_name(missing[0])} named in the class list "
+                             f"({len(missing)} missing); check data.classes and data.dir")
         names = list(classes)
     skipped: list[tuple[str, str]] = []
     train = _split_files(train_dir, names, names, root, skip_bad, skipped)

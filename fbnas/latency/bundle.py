@@ -40,6 +40,7 @@ import numpy as np
 import fbnas
 from fbnas.arch.space import SearchSpace
 from fbnas.errors import FbnasError
+from fbnas.latency.device_runner import MAX_SEED
 from fbnas.latency.lut import profile_units, table_layout
 from fbnas.latency.runtimes import (DEFAULT_BLOCK_TIME, GRAPH_OPTIMIZATION, INTER_OP_THREADS,
                                     PROVIDER)
@@ -275,6 +276,9 @@ def write_bundle(space: SearchSpace, out: str | Path, precision: str = "fp32", b
     if networks < 5:
         raise FbnasError("--networks must be at least 5 (2 of every 5 fit the calibration, the "
                          "rest test it)")
+    if not 0 <= seed <= MAX_SEED:
+        # the manifest's seed seeds numpy on the device, which takes no negative seed
+        raise FbnasError(f"--seed must be from 0 to {MAX_SEED} for a bundle, not {seed}")
     require_onnx()
     quantize = None
     if precision == "int8":

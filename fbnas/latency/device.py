@@ -23,6 +23,7 @@ and :func:`prediction_report` prints what the table predicts instead.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import platform
 from pathlib import Path
@@ -34,13 +35,18 @@ from fbnas.arch.space import SearchSpace
 from fbnas.errors import FbnasError
 from fbnas.io import read_json
 from fbnas.latency.bundle import BUNDLE_SCHEMA, PRECISIONS, calibration_archs, manifest_text
-from fbnas.latency.lut import table_layout
+from fbnas.latency.device_runner import MAX_BLOCK_TIME, MAX_ROUNDS, MAX_SEED, MAX_THREADS
+from fbnas.latency.lut import MAX_ENTRY_US, table_layout
 from fbnas.latency.runtimes import PROVIDER
 
 RESULTS_SCHEMA = "fbnas.device-results/1"
 #: summary fields the runner computes and this module recomputes from the blocks
 _SUMMARY_FIELDS = ("median", "iqr", "min", "raw_median")
 _REL_TOL = 1e-9
+
+
+_TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer",
+               float: "a number"}
 
 
 class _Results:
@@ -59,9 +65,79 @@ class _Results:
             if not isinstance(value, dict) or key not in value:
                 raise self.error(f"'{'.'.join(keys[:i + 1])}' is missing (truncated or edited?)")
             value = value[key]
-        if not isinstance(value, kind):
-            raise self.error(f"'{'.'.join(keys)}' has the wrong type (truncated or edited?)")
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in kinds):
+            want = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            raise self.error(f"'{'.'.join(keys)}' is {shown}, not {want} (truncated or "
+                             "edited?)")
         return value
+
+    def number(self, *keys: str, lo: float, hi: float = math.inf, integer: bool = False,
+               optional: bool = False) -> Any:
+        """The number at ``keys``: an integer if ``integer``, finite, within [lo, hi]; None
+        when ``optional`` and absent (or null)."""
+        parent = self.get(*keys[:-1]) if len(keys) > 1 else self.data
+        if optional and parent.get(keys[-1]) is None:
+            return None
+        value = self.get(*keys, kind=int if integer else (int, float))
+        if not (math.isfinite(value) and lo <= value <= hi):
+            where = ".".join(keys)
+            span = f"at least {lo:g}" if hi == math.inf else f"from {lo:g} to {hi:g}"
+            what = "an integer" if integer else "a number"
+            raise self.error(f"'{where}' is {value!r}, not {what} {span} (edited?)")
+        return value
+
+    def text(self, *keys: str, optional: bool = False) -> str | None:
+        parent = self.get(*keys[:-1]) if len(keys) > 1 else self.data
+        if optional and parent.get(keys[-1]) is None:
+            return None
+        value = self.get(*keys, kind=str)
+        if not value.strip() and not optional:
+            raise self.error(f"'{'.'.join(keys)}' is empty (edited?)")
+        return value
+
+
+#: the largest time one call of a timed block may take, in seconds: what a table entry holds
+#: at most (fbnas.latency.lut.MAX_ENTRY_US)
+_MAX_CALL_S = MAX_ENTRY_US / 1e6
+
+
+def _check_records(res: _Results) -> None:
+    """Type and range of every field of the device record, the protocol and the bundle's
+    protocol that the table copies or computes with."""
+    for field in ("cpu", "machine", "system", "provider", "onnxruntime"):
+        res.text("device", field)
+    for field in ("python", "release", "platform", "numpy", "onnxruntime_build",
+                  "execution_mode", "graph_optimization_level", "call", "timer"):
+        res.text("device", field, optional=True)
+    res.number("device", "intra_op_threads", lo=1, hi=MAX_THREADS, integer=True)
+    for field in ("inter_op_threads", "logical_cpus", "usable_cpus", "physical_cores"):
+        res.number("device", field, lo=1, hi=MAX_THREADS, integer=True, optional=True)
+    for field in ("provider_options", "provider_options_requested"):
+        if res.get("device").get(field) is not None:
+            res.get("device", field, kind=dict)
+    for field in ("available_providers", "session_providers"):
+        if res.get("device").get(field) is not None:
+            res.get("device", field, kind=list)
+    res.text("created")
+    res.number("protocol", "rounds", lo=1, hi=MAX_ROUNDS, integer=True)
+    res.number("protocol", "network_rounds", lo=2, hi=MAX_ROUNDS, integer=True)
+    res.number("protocol", "block_time_s", lo=0.0001, hi=MAX_BLOCK_TIME)
+    res.number("protocol", "warmup_calls", lo=0, integer=True)
+    res.number("protocol", "extra_time_s", lo=0)
+    res.number("protocol", "extra_rounds_run", lo=0, integer=True, optional=True)
+    res.number("protocol", "seed", lo=0, hi=MAX_SEED, integer=True)
+    res.number("protocol", "drift_neighbours", lo=1, integer=True, optional=True)
+    for field in ("profile_seconds", "calibration_seconds", "wall_seconds"):
+        res.number("protocol", field, lo=0, optional=True)
+    for field in ("tie_margin", "rel_iqr"):
+        res.number("manifest", "protocol", field, lo=0, hi=1)
+    res.text("manifest", "created", optional=True)
+    res.text("manifest", "fbnas", optional=True)
+    res.number("manifest", "opset", lo=1, integer=True, optional=True)
+    if res.get("manifest").get("export") is not None:
+        res.get("manifest", "export", kind=dict)
 
 
 def _close(a: float, b: float) -> bool:
@@ -73,21 +149,32 @@ def _timings(res: _Results, phase: str):
     from fbnas.latency.timing import Timings
 
     rec = res.get("blocks", phase)
+
+    def whole(v: Any, lo: int) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
     try:
-        keys = [str(k) for k in rec["keys"]]
-        calls = {str(k): int(v) for k, v in rec["calls"].items()}
-        item = [int(i) for i in rec["item"]]
-        rounds = [int(r) for r in rec["round"]]
-        visits = [int(v) for v in rec["visit"]]
-        seconds = [float(s) for s in rec["seconds"]]
-    except (KeyError, TypeError, ValueError, AttributeError):
-        raise res.error(f"the timed blocks of '{phase}' are malformed (edited?)") from None
+        keys, calls = rec["keys"], rec["calls"]
+        item, rounds, visits, seconds = rec["item"], rec["round"], rec["visit"], rec["seconds"]
+        ok = all(isinstance(k, str) for k in keys) and isinstance(calls, dict) \
+            and all(whole(v, 1) for v in calls.values()) \
+            and all(whole(v, 0) for part in (item, rounds, visits) for v in part) \
+            and all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in seconds)
+    except (KeyError, TypeError, AttributeError):
+        ok = False
+    if not ok:
+        raise res.error(f"the timed blocks of '{phase}' are malformed (edited?)")
     n = len(item)
     if not (len(rounds) == len(visits) == len(seconds) == n) or n == 0 \
-            or min(item) < 0 or max(item) >= len(keys) \
+            or max(item) >= len(keys) \
             or not all(math.isfinite(s) and s > 0 for s in seconds) \
             or sorted(calls) != sorted(keys):
         raise res.error(f"the timed blocks of '{phase}' are malformed (edited?)")
+    slowest = max(seconds)
+    if slowest > _MAX_CALL_S:
+        raise res.error(f"a timed block of '{phase}' took {slowest:.3g} s per call, above "
+                        f"{_MAX_CALL_S:g} s: not a measurement (edited?)")
+    seconds = [float(t) for t in seconds]
     timed = set(item)
     for i, key in enumerate(keys):
         if i not in timed:
@@ -125,6 +212,7 @@ def read_results(space: SearchSpace, path: str | Path) -> dict:
         got = res.data.get("schema") if isinstance(res.data, dict) else None
         raise res.error(f"schema is {got!r}, not {RESULTS_SCHEMA!r}: not the output of a bundle's "
                         "run.py", "pass the file run.py --out wrote")
+    _check_records(res)
     manifest = res.get("manifest")
     want_sha = res.get("manifest_sha256", kind=str)
     if hashlib.sha256(manifest_text(manifest).encode()).hexdigest() != want_sha:
@@ -185,11 +273,11 @@ def read_results(space: SearchSpace, path: str | Path) -> dict:
 
     # the calibration networks: fbnas calibrate's selection
     cal = res.get("manifest", "calibration")
-    try:
-        n, fit, seed = int(cal["networks"]), int(cal["fit"]), int(cal["seed"])
-    except (KeyError, TypeError, ValueError):
+    n, fit, seed = (cal.get(k) for k in ("networks", "fit", "seed"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (n, fit, seed)) \
+            or not 0 <= seed <= MAX_SEED or n > 100_000:
         raise res.error("the bundle's calibration section is malformed",
-                        "write the bundle again") from None
+                        "write the bundle again")
     if not 2 <= fit < n:
         raise res.error(f"the bundle's calibration fits {fit} of {n} networks",
                         "write the bundle again")
@@ -224,10 +312,7 @@ def read_results(space: SearchSpace, path: str | Path) -> dict:
         if not (math.isfinite(a) and math.isfinite(b)):
             raise res.error(f"network {k} lacks blocks in even or odd rounds (use --rounds 2 or "
                             "more)")
-    device = res.get("device")
-    for field in ("cpu", "machine", "system", "provider", "intra_op_threads", "onnxruntime"):
-        if field not in device:
-            raise res.error(f"the device record lacks '{field}' (edited?)")
+    device = res.get("device")  # every field checked by _check_records
     return {"manifest": manifest, "device": device, "protocol": res.get("protocol"),
             "created": res.data.get("created"), "layers": layers, "fixed": fixed,
             "specs": specs, "entries": stats, "networks": again, "halves": halves,
@@ -312,7 +397,16 @@ def device_table(space: SearchSpace, path: str | Path, source: str | None = None
         "fixed": r["fixed"],
         "layers": r["layers"],
     }
-    lut = LUT(data)
+    try:
+        json.dumps(data, allow_nan=False, default=str)  # the table is written as strict JSON
+    except ValueError:
+        raise FbnasError(f"device results {path}: a number the table would copy is infinite or "
+                         "not a number (edited?); run the bundle's run.py again") from None
+    try:
+        lut = LUT(data)
+    except FbnasError as e:  # the checks above should leave nothing for the table's own
+        raise FbnasError(f"device results {path}: the table made from them is unusable "
+                         f"({e}); run the bundle's run.py again") from None
     archs, keys = r["archs"], r["net_keys"]
     report = FidelityReport(
         lut=lut, archs=archs, fit=r["fit"],

@@ -51,6 +51,14 @@ RESULTS_SCHEMA = "fbnas.device-results/1"
 DEFAULT_PROVIDER = "CPUExecutionProvider"
 INTER_OP_THREADS = 1
 GRAPH_OPTIMIZATION = "ORT_ENABLE_ALL"
+#: bounds of what the command line and a manifest may ask for (fbnas checks results with them)
+MAX_THREADS = 4096
+MAX_BLOCK_TIME = 10.0
+MIN_BLOCK_TIME = 0.0001
+#: seconds of extra rounds: a week is beyond any use
+MAX_EXTRA_TIME = 7 * 24 * 3600.0
+MAX_ROUNDS = 10 ** 6
+MAX_SEED = 2 ** 63 - 2  # the networks are seeded with seed + 1
 
 
 class RunnerError(Exception):
@@ -387,6 +395,15 @@ def read_manifest(bundle):
 _PROTOCOL_FIELDS = ("rounds", "network_rounds", "block_time_s", "warmup_calls", "extra_time_s",
                     "extra_rounds", "refine_every", "tie_margin", "rel_iqr", "seed")
 _ITEM_FIELDS = ("file", "sha256", "input")
+_ONE = {"entries": "entry", "networks": "network"}
+#: protocol field -> (lowest, highest, integer?)
+_PROTOCOL_RANGES = (
+    ("rounds", 2, MAX_ROUNDS, True), ("network_rounds", 2, MAX_ROUNDS, True),
+    ("block_time_s", MIN_BLOCK_TIME, MAX_BLOCK_TIME, False), ("warmup_calls", 0, 10 ** 6, True),
+    ("extra_time_s", 0, MAX_EXTRA_TIME, False), ("extra_rounds", 0, 10 ** 9, True),
+    ("refine_every", 1, 10 ** 9, True), ("tie_margin", 0, 1, False), ("rel_iqr", 0, 1, False),
+    ("seed", 0, MAX_SEED, True),
+)
 
 
 def check_manifest(manifest, path):
@@ -400,6 +417,11 @@ def check_manifest(manifest, path):
                     "precision", "batch"):
         if section not in manifest:
             raise missing("'%s'" % section)
+    for section in ("space", "protocol", "runner"):
+        if not isinstance(manifest[section], dict):
+            raise missing("a '%s' object" % section)
+    if not isinstance(manifest["space"].get("name"), str):
+        raise missing("space.name")
     for field in _PROTOCOL_FIELDS:
         if field not in manifest["protocol"]:
             raise missing("protocol.%s" % field)
@@ -411,6 +433,35 @@ def check_manifest(manifest, path):
                 if not isinstance(item, dict) or field not in item:
                     raise missing("%s %s's '%s'" % (what[:-1] if what == "networks" else
                                                     "entry", key, field))
+    # the protocol's numbers, of the types and in the ranges the command line allows
+    for field, lo, hi, integer in _PROTOCOL_RANGES:
+        value = manifest["protocol"][field]
+        if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)) \
+                or not (math.isfinite(value) and lo <= value <= hi):
+            raise RunnerError("%s: protocol.%s is %r, not %s from %g to %g (edited?); copy the "
+                              "bundle again" % (path, field, value,
+                                                "an integer" if integer else "a number", lo, hi))
+    batch = manifest["batch"]
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1 \
+            or not isinstance(manifest["precision"], str):
+        raise RunnerError("%s: its batch %r or precision %r is not one fbnas writes (edited?); "
+                          "copy the bundle again" % (path, batch, manifest["precision"]))
+    for what in ("entries", "networks"):
+        for key, item in manifest[what].items():
+            shape = item["input"]
+            if not isinstance(item["file"], str) or not isinstance(item["sha256"], str) \
+                    or not isinstance(shape, list) or not shape or len(shape) > 8 \
+                    or not all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= 2 ** 16
+                               for d in shape):
+                raise RunnerError("%s: %s %s has a malformed file, sha256 or input shape "
+                                  "(edited?); copy the bundle again" % (path, _ONE[what], key))
+            if os.path.isabs(item["file"]) or ".." in item["file"].replace("\\", "/").split("/"):
+                raise RunnerError("%s: %s %s names the file %r outside the bundle (edited?); "
+                                  "copy the bundle again" % (path, _ONE[what], key, item["file"]))
+    if not isinstance(manifest["units"], list) or \
+            not all(isinstance(u, list) and all(isinstance(k, str) for k in u)
+                    for u in manifest["units"]):
+        raise RunnerError("%s: its units are malformed (edited?); copy the bundle again" % path)
     units = [k for u in manifest["units"] for k in u]
     if sorted(units) != sorted(manifest["entries"]):
         raise RunnerError("%s: its units do not hold every entry exactly once (edited?); "
@@ -510,14 +561,20 @@ def parse_args(argv):
 
 
 def check_args(args, protocol):
-    if args.threads < 1:
-        raise RunnerError("--threads must be at least 1")
-    if args.rounds is not None and args.rounds < 2:
-        raise RunnerError("--rounds must be at least 2 (even and odd rounds are two timings)")
-    if args.extra_time is not None and not args.extra_time >= 0:
-        raise RunnerError("--extra-time must be a number of seconds >= 0")
-    if args.block_time is not None and not args.block_time >= 0.0001:
-        raise RunnerError("--block-time must be at least 0.0001 seconds")
+    """Refuse an argument out of its range (numbers finite), before anything is timed."""
+    if not 1 <= args.threads <= MAX_THREADS:
+        raise RunnerError("--threads must be from 1 to %d, not %d" % (MAX_THREADS, args.threads))
+    if args.rounds is not None and not 2 <= args.rounds <= MAX_ROUNDS:
+        raise RunnerError("--rounds must be from 2 to %d (even and odd rounds are two timings), "
+                          "not %d" % (MAX_ROUNDS, args.rounds))
+    if args.extra_time is not None and not 0 <= args.extra_time <= MAX_EXTRA_TIME:
+        raise RunnerError("--extra-time must be a number of seconds from 0 to %g, not %s"
+                          % (MAX_EXTRA_TIME, args.extra_time))
+    if args.block_time is not None and not MIN_BLOCK_TIME <= args.block_time <= MAX_BLOCK_TIME:
+        raise RunnerError("--block-time must be a number of seconds from %g to %g, not %s"
+                          % (MIN_BLOCK_TIME, MAX_BLOCK_TIME, args.block_time))
+    if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
+        raise RunnerError("--seed must be from 0 to %d, not %d" % (MAX_SEED, args.seed))
     options = {}
     for text in args.provider_option:
         key, eq, value = text.partition("=")
@@ -651,7 +708,12 @@ def run(argv=None):
         "retimed": {k: stats[k] for k in entries},
         "blocks": {"entries": profile.record(), "networks_and_entries": calibration.record()},
     }
-    write_atomic(args.out, json.dumps(results, indent=1) + "\n")
+    try:  # strict JSON: a parser refuses Infinity and NaN, which nothing here should write
+        text = json.dumps(results, indent=1, allow_nan=False) + "\n"
+    except ValueError:
+        raise RunnerError("a timing came out infinite or not a number; run again, and report "
+                          "it if it repeats")
+    write_atomic(args.out, text)
     meds = [e["median"] for e in results["entries"].values()]
     print("timed %d entries (%.1f .. %.1f us) and %d networks on %s with %s, %d thread(s), "
           "in %.0f s" % (len(meds), min(meds), max(meds), len(net_keys), device["cpu"],

@@ -83,6 +83,7 @@ def open_dataset(cfg: Config, resolution: int, world_size: int = 1) -> Dataset:
 
     workers = d.workers if d.workers >= 0 else default_workers(world_size)
     check_decodes(index, workers, d.skip_bad)
+    images = len(index.train) + (len(index.test) if index.test else 0)  # those that decode
     mean, std = sample_stats(index.train.files, size)
     test = index.test.labels if index.test is not None else None
     data = Dataset(None, index.train.labels, None, test, index.classes, mean, std, kind="folder",
