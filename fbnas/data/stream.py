@@ -184,9 +184,12 @@ class StreamLoader(BatchLoader):
                                  "data.batch_size") from None
             for path, why in bad:
                 if not self.skip_bad:
-                    # every image decoded when the run started: this one changed since
+                    # every image decoded when the run started: this one changed since. Left
+                    # out, it would change the splits, which a resumed run must keep
                     raise FbnasError(f"image {shown(path)} {why}, though it decoded when the "
-                                     f"run started; {SKIP_HINT}, then resume the run (--resume)")
+                                     "run started; restore it and resume the run (--resume), "
+                                     "or remove it (or set data.skip_bad: true) and start "
+                                     "over (--force)")
                 self.bad[shown(path)] = why
             if x is None:
                 raise FbnasError(f"every image of a batch of {self.source()} failed to decode "

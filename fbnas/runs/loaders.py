@@ -23,7 +23,7 @@ from fbnas.config import Config
 from fbnas.data.batches import BatchLoader
 from fbnas.data.cifar import load_cifar10
 from fbnas.data.dataset import Dataset
-from fbnas.data.folders import read_class_list, scan_folder
+from fbnas.data.folders import read_class_list, scan_folder, shown
 from fbnas.data.memory import load_image_folder
 from fbnas.data.splits import make_splits
 from fbnas.errors import FbnasError, UsageError
@@ -76,8 +76,8 @@ def open_dataset(cfg: Config, resolution: int, world_size: int = 1) -> Dataset:
            + f" data.memory_mb {d.memory_mb}")
     if not stream:
         data = load_image_folder(index, size, d.skip_bad)
-        data.how = (f"image folder {index.root}, {images} images decoded into memory at "
-                    f"{size}x{size} ({why})")
+        data.how = (f"image folder {shown(index.root)}, {images} images decoded into memory "
+                    f"at {size}x{size} ({why})")
         return data
     from fbnas.data.stream import check_decodes, sample_stats
 
@@ -89,8 +89,8 @@ def open_dataset(cfg: Config, resolution: int, world_size: int = 1) -> Dataset:
     data = Dataset(None, index.train.labels, None, test, index.classes, mean, std, kind="folder",
                    source=str(index.root), files=index, size=size, workers=workers,
                    skipped=index.skipped)
-    data.how = (f"image folder {index.root}, {images} images streamed at {size}x{size} by "
-                f"{workers} worker process(es) per training process ({why}), each decoded "
+    data.how = (f"image folder {shown(index.root)}, {images} images streamed at {size}x{size} "
+                f"by {workers} worker process(es) per training process ({why}), each decoded "
                 f"once before training to check it; mean/std "
                 f"estimated on {min(256, len(index.train))} training images")
     return data
