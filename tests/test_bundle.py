@@ -621,7 +621,7 @@ def test_int8_bundle_end_to_end(tmp_path, cifar_subset):
 
 @pytest.mark.slow
 def test_runner_ships_in_the_wheel(tmp_path):
-    from tests.test_wheel import build_wheel
+    from tests.whole.test_wheel import build_wheel
 
     names = zipfile.ZipFile(build_wheel(tmp_path)).namelist()
     assert "fbnas/latency/device_runner.py" in names and "fbnas/latency/bundle.py" in names

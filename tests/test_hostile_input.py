@@ -198,7 +198,7 @@ def test_resume_from_a_checkpoint_without_its_space(tmp_path, tiny_lut_file):
 
     from fbnas.runs.checkpoint import load_checkpoint, save_checkpoint
     from fbnas.search.run import run_search
-    from tests.test_search import quiet, small_config
+    from tests.whole.test_search import quiet, small_config
 
     cfg = small_config(tiny_lut_file, **{"data.limit": 200})
     run_search(cfg, tmp_path / "run", stop_after=1, echo=quiet)
@@ -215,7 +215,7 @@ def test_resume_from_a_checkpoint_without_its_space(tmp_path, tiny_lut_file):
 def test_an_accumulate_no_epoch_reaches_is_refused(tmp_path, tiny_lut_file):
     """search.accumulate: 1000000 exited 0 without one optimizer step."""
     from fbnas.search.run import run_search
-    from tests.test_search import quiet, small_config
+    from tests.whole.test_search import quiet, small_config
 
     cfg = small_config(tiny_lut_file, **{"search.accumulate": 1000000,
                                          "search.alternation": "step"})

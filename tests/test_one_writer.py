@@ -12,7 +12,7 @@ from fbnas.errors import FbnasError
 from fbnas.runs.rundir import RunLock, RunPaths
 from fbnas.search.run import run_search
 from tests.test_rundir import cli, train_args
-from tests.test_search import quiet, small_config
+from tests.whole.test_search import quiet, small_config
 
 
 def test_a_locked_run_directory_refuses_a_second_writer(tmp_path, tiny_lut_file):

@@ -17,7 +17,7 @@ from fbnas.errors import FbnasError
 from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.search.run import run_search
 from tests.conftest import require_cifar_subset
-from tests.test_search import quiet, same_state
+from tests.whole.test_search import quiet, same_state
 
 pytestmark = pytest.mark.slow  # writes a folder from the CIFAR-10 subset and searches on it
 
