@@ -15,7 +15,7 @@ import yaml
 from fbnas.arch.space import load_space
 from fbnas.config import load_config
 from fbnas.io import file_hash, read_json, write_json
-from tests.test_arch import HARD, assert_user_error, cli, make_run, peaked_theta
+from tests.arch.test_arch import HARD, assert_user_error, cli, make_run, peaked_theta
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 from fbnas.config import load_config
 from fbnas.errors import FbnasError, UsageError
 from fbnas.io import write_json
-from tests.test_arch import assert_user_error, cli
+from tests.arch.test_arch import assert_user_error, cli
 
 HUGE = "9" * 5000  # beyond Python's 4300-digit conversion limit
 

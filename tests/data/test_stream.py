@@ -207,7 +207,7 @@ def test_train_on_a_damaged_folder_is_one_line(damaged, tiny_lut_file, tmp_path)
     from click.testing import CliRunner
 
     from fbnas.cli import main
-    from tests.test_arch import assert_user_error
+    from tests.arch.test_arch import assert_user_error
 
     args = ["train", "--space", "tiny", "--lut", str(tiny_lut_file), "--data-dir", str(damaged),
             "--out", str(tmp_path / "run"), "--epochs", "1", "--set", "data.kind=folder"]
