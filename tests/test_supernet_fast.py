@@ -171,7 +171,7 @@ head: {channels: 32, classes: 10}
 
 CRASH_STEP = """
 import sys, torch
-from tests.test_lut import load_lut_from_space
+from tests.latency.test_lut import load_lut_from_space
 from fbnas.arch.space import load_space
 from fbnas.search.supernet import Supernet
 torch.set_num_threads(1)
