@@ -17,7 +17,7 @@ from fbnas.errors import FbnasError
 from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.search.run import run_search
 from tests.conftest import require_cifar_subset
-from tests.test_search import quiet, same_state
+from tests.whole.test_search import quiet, same_state
 
 pytestmark = pytest.mark.slow  # writes a folder from the CIFAR-10 subset and searches on it
 
@@ -207,7 +207,7 @@ def test_train_on_a_damaged_folder_is_one_line(damaged, tiny_lut_file, tmp_path)
     from click.testing import CliRunner
 
     from fbnas.cli import main
-    from tests.test_arch import assert_user_error
+    from tests.arch.test_arch import assert_user_error
 
     args = ["train", "--space", "tiny", "--lut", str(tiny_lut_file), "--data-dir", str(damaged),
             "--out", str(tmp_path / "run"), "--epochs", "1", "--set", "data.kind=folder"]

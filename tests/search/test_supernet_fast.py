@@ -171,7 +171,7 @@ head: {channels: 32, classes: 10}
 
 CRASH_STEP = """
 import sys, torch
-from tests.test_lut import load_lut_from_space
+from tests.latency.test_lut import load_lut_from_space
 from fbnas.arch.space import load_space
 from fbnas.search.supernet import Supernet
 torch.set_num_threads(1)
@@ -199,7 +199,7 @@ def test_narrow_strided_skip_at_224_does_not_crash_the_fast_supernet(tmp_path, c
     space = tmp_path / "narrow.yaml"
     space.write_text(CRASH_SPACE.replace("CAND", candidate))
     res = subprocess.run([sys.executable, "-c", CRASH_STEP, str(space)], capture_output=True,
-                         text=True, cwd=Path(__file__).resolve().parents[1], timeout=300)
+                         text=True, cwd=Path(__file__).resolve().parents[2], timeout=300)
     assert res.returncode == 0 and "survived" in res.stdout, (res.returncode, res.stderr[-800:])
 
 

@@ -23,7 +23,7 @@ def cli(*args):
 
 def test_profile_train_sample_retrain_export(tmp_path):
     lut = tmp_path / "tiny.json"
-    # eager keeps this test quick; tests/test_onnx_runtime.py covers onnxruntime tables
+    # eager keeps this test quick; tests/latency/test_onnx_runtime.py covers onnxruntime tables
     cli("profile", "--space", "tiny", "--runtime", "eager", "--out", lut, "--rounds", 1,
         "--extra-time", 0.05, "--block-time", 0.005)
     run = tmp_path / "search"

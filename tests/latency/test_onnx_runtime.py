@@ -21,7 +21,7 @@ from fbnas.errors import FbnasError
 from fbnas.io import read_json, write_json
 from fbnas.latency.lut import LUT, load_lut, save_lut
 from fbnas.latency.runtimes import Eager, make_runtime, session
-from tests.test_arch import HARD, assert_user_error, make_run, trained_like
+from tests.arch.test_arch import HARD, assert_user_error, make_run, trained_like
 
 
 def cli(*args):

@@ -17,7 +17,7 @@ from fbnas.latency.lut import LUT, load_lut
 from fbnas.search.checkpoint import load_search_checkpoint
 from fbnas.search.budget import best_path, ops_in_window, ops_under_budget, raw_limit, solve
 from tests.conftest import REPO
-from tests.test_arch import assert_user_error, cli, make_run, peaked_theta
+from tests.arch.test_arch import assert_user_error, cli, make_run, peaked_theta
 
 TINY = REPO / "lookup_tables" / "tiny.json"
 

@@ -27,7 +27,7 @@ from fbnas.data.memory import load_dataset
 from fbnas.errors import FbnasError
 from fbnas.io import write_json
 from tests.conftest import REPO
-from tests.test_arch import assert_user_error
+from tests.arch.test_arch import assert_user_error
 
 OPS = ["k3_e1", "k3_e1_g2", "k3_e3", "k5_e1"]
 

@@ -24,7 +24,7 @@ from fbnas.latency.lut import LUT, load_lut
 from fbnas.search.checkpoint import load_search_checkpoint
 from fbnas.search.sampling import draw_ops
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from fbnas.errors import FbnasError
 from fbnas.arch.space import load_space
 from fbnas.io import write_json
 from fbnas.runs.deploy import export_network
-from tests.test_quantize import OPS, settled_network
+from tests.arch.test_quantize import OPS, settled_network
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ from fbnas.latency.bundle import (ENTRY_CALIBRATION_SAMPLES, NETWORK_CALIBRATION
 from fbnas.latency.fidelity import random_archs
 from fbnas.latency.lut import LUT, contenders, load_lut, table_layout
 from fbnas.latency.timing import Timings, drift_correct
-from tests.test_arch import assert_user_error
+from tests.arch.test_arch import assert_user_error
 
 RUN = ["--rounds", "3", "--extra-time", "0", "--block-time", "0.001"]
 ENV = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
@@ -621,7 +621,7 @@ def test_int8_bundle_end_to_end(tmp_path, cifar_subset):
 
 @pytest.mark.slow
 def test_runner_ships_in_the_wheel(tmp_path):
-    from tests.test_wheel import build_wheel
+    from tests.whole.test_wheel import build_wheel
 
     names = zipfile.ZipFile(build_wheel(tmp_path)).namelist()
     assert "fbnas/latency/device_runner.py" in names and "fbnas/latency/bundle.py" in names

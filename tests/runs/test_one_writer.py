@@ -11,8 +11,8 @@ import pytest
 from fbnas.errors import FbnasError
 from fbnas.runs.rundir import RunLock, RunPaths
 from fbnas.search.run import run_search
-from tests.test_rundir import cli, train_args
-from tests.test_search import quiet, small_config
+from tests.runs.test_rundir import cli, train_args
+from tests.whole.test_search import quiet, small_config
 
 
 def test_a_locked_run_directory_refuses_a_second_writer(tmp_path, tiny_lut_file):
@@ -50,7 +50,7 @@ def test_two_trains_started_together_on_one_folder(tmp_path, tiny_lut_file):
            "--set", "search.warmup_epochs=0", "--set", "run.progress=false"]
     procs = [subprocess.Popen([*cmd, "--seed", str(seed)], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True,
-                              cwd=Path(__file__).resolve().parents[1]) for seed in (0, 1)]
+                              cwd=Path(__file__).resolve().parents[2]) for seed in (0, 1)]
     results = [(p.wait(timeout=600), p.stdout.read()) for p in procs]
     codes = sorted(code for code, _ in results)
     assert codes[0] == 0 and codes[1] != 0, results

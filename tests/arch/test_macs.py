@@ -23,8 +23,8 @@ from fbnas.latency.measure import layer_stats
 from fbnas.latency.reports import format_entry, format_ranked
 from fbnas.search.run import format_cost
 from tests.conftest import REPO
-from tests.test_arch import assert_user_error, cli
-from tests.test_lut import load_lut_from_space
+from tests.arch.test_arch import assert_user_error, cli
+from tests.latency.test_lut import load_lut_from_space
 
 # The per-layer ops of the FBNet paper's Figure 4 (Wu et al., CVPR 2019), layer 0 to 21.
 PUBLISHED_OPS = {
