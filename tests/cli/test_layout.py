@@ -110,3 +110,16 @@ def test_the_shared_training_loop_names_nothing_of_the_search():
             if words & SEARCH_WORDS:
                 offending.append(f"{path.relative_to(PACKAGE)}: {name}")
     assert not offending, offending
+
+
+def test_the_development_guide_names_every_module():
+    """docs/development.md's table of modules is how a newcomer finds where a change
+    belongs; a module missing from it is a room nobody is told about."""
+    import re
+
+    guide = (PACKAGE.parent / "docs" / "development.md").read_text()
+    named = set(re.findall(r"`([a-z0-9_/]+\.py)`", guide))
+    missing = [str(p.relative_to(PACKAGE)) for p in sorted(PACKAGE.rglob("*.py"))
+               if p.name != "__init__.py" or p.parent == PACKAGE]
+    missing = [m for m in missing if m not in named]
+    assert not missing, f"docs/development.md does not name {missing}"

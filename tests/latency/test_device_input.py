@@ -11,8 +11,8 @@ import pytest
 
 from fbnas.latency import device_runner as runner
 from fbnas.latency.bundle import PROTOCOL
-from tests.test_arch import assert_user_error
-from tests.test_bundle import (RUN, _edited, _import, assert_one_line_error, bundle,  # noqa: F401
+from tests.arch.test_arch import assert_user_error
+from tests.latency.test_bundle import (RUN, _edited, _import, assert_one_line_error, bundle,  # noqa: F401
                                results, run_py)
 
 
@@ -80,7 +80,7 @@ def test_a_manifest_of_the_wrong_types_is_refused_by_the_runner(edit, fragment):
 
 
 def test_a_bundle_refuses_a_seed_numpy_would_refuse(tmp_path):
-    from tests.test_bundle import cli
+    from tests.latency.test_bundle import cli
 
     res = cli("profile", "--space", "tiny", "--bundle", tmp_path / "b", "--seed", -1)
     assert_user_error(res, "--seed must be from 0")

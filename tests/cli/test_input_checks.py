@@ -30,7 +30,7 @@ def test_an_accumulate_a_phase_never_reaches_is_refused_under_epoch_alternation(
         tmp_path, tiny_lut_file, k, phase):
     """The default alternation (epoch) exited 0 with an optimizer that never stepped."""
     from fbnas.search.run import run_search
-    from tests.test_search import quiet, small_config
+    from tests.whole.test_search import quiet, small_config
 
     cfg = small_config(tiny_lut_file, **{"search.accumulate": k})
     assert cfg.search.alternation == "epoch"
@@ -43,7 +43,7 @@ def test_an_accumulate_a_phase_never_reaches_is_refused_under_epoch_alternation(
 
 def test_an_accumulate_within_both_phases_still_runs(tmp_path, tiny_lut_file):
     from fbnas.search.run import run_search
-    from tests.test_search import quiet, small_config
+    from tests.whole.test_search import quiet, small_config
 
     cfg = small_config(tiny_lut_file, **{"search.accumulate": 2, "search.epochs": 1})
     assert run_search(cfg, tmp_path / "run", echo=quiet)["epochs_done"] == 1
