@@ -43,3 +43,23 @@ def tiny_lut_file(tmp_path, tiny_lut_data):
     path = tmp_path / "tiny.json"
     write_json(path, tiny_lut_data)
     return path
+
+
+@pytest.fixture
+def ctrl_c_after(monkeypatch):
+    """``ctrl_c_after(n)``: the run in this test gets a Ctrl-C (SIGINT) as its progress
+    counts the ``n``-th batch, as a user pressing it mid-epoch would."""
+    import signal
+
+    import fbnas.runs.trainer as trainer_mod
+
+    def arm(n: int) -> None:
+        class InterruptingProgress(trainer_mod.Progress):
+            def update(self, k=1):
+                super().update(k)
+                if self.done == n:
+                    signal.raise_signal(signal.SIGINT)
+
+        monkeypatch.setattr(trainer_mod, "Progress", InterruptingProgress)
+
+    return arm

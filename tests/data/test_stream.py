@@ -1,14 +1,12 @@
 """Image folders streamed by worker processes: determinism, exact resume, bad files."""
 
 import shutil
-import signal
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-import fbnas.runs.trainer as trainer_mod
 from fbnas.config import load_config
 from fbnas.data.cifar import load_cifar10
 from fbnas.data.folders import scan_folder
@@ -108,7 +106,7 @@ def test_stats_are_estimated_on_a_fixed_sample(folder):
 
 
 def test_streamed_search_resumes_exactly_with_workers(folder, tiny_lut_file, tmp_path,
-                                                      monkeypatch):
+                                                      monkeypatch, ctrl_c_after):
     cfg = folder_config(tiny_lut_file, folder)
     run_search(cfg, tmp_path / "full", echo=quiet)
     log = (tmp_path / "full" / "train.log").read_text()
@@ -116,13 +114,7 @@ def test_streamed_search_resumes_exactly_with_workers(folder, tiny_lut_file, tmp
     first = run_search(cfg, tmp_path / "split", stop_after=1, echo=quiet)
     assert first["stopped"]
 
-    class InterruptingProgress(trainer_mod.Progress):
-        def update(self, n=1):
-            super().update(n)
-            if self.done == 3:
-                signal.raise_signal(signal.SIGINT)
-
-    monkeypatch.setattr(trainer_mod, "Progress", InterruptingProgress)
+    ctrl_c_after(3)
     assert run_search(cfg, tmp_path / "split", resume=True, echo=quiet)["stopped"]
     assert load_checkpoint(tmp_path / "split/checkpoints/last.pt")["position"] == 3
     monkeypatch.undo()

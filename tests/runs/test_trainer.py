@@ -2,13 +2,11 @@
 optimizer steps, the schedule, evaluation, checkpoints, stopping and exact resumption."""
 
 import json
-import signal
 
 import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-import fbnas.runs.trainer as trainer_mod
 from fbnas.errors import FbnasError
 from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.runs.retrain import run_retrain
@@ -104,16 +102,10 @@ def test_a_run_stopped_after_an_epoch_resumes_to_the_same_weights(full_run, tmp_
 
 
 def test_ctrl_c_mid_epoch_saves_the_position_and_resumes_exactly(full_run, tmp_path,
-                                                                  monkeypatch):
+                                                                  monkeypatch, ctrl_c_after):
     cfg, full, result, _ = full_run
 
-    class InterruptingProgress(trainer_mod.Progress):
-        def update(self, n=1):
-            super().update(n)
-            if self.done == 3:
-                signal.raise_signal(signal.SIGINT)
-
-    monkeypatch.setattr(trainer_mod, "Progress", InterruptingProgress)
+    ctrl_c_after(3)
     stopped = run_retrain(cfg, tmp_path / "split", echo=quiet)
     assert stopped["stopped"] and stopped["epochs_done"] == 0
     mid = load_checkpoint(tmp_path / "split")

@@ -1,12 +1,10 @@
 import json
 import logging
-import signal
 
 import pytest
 import torch
 from click.testing import CliRunner
 
-import fbnas.runs.trainer as trainer_mod
 from fbnas.cli import main
 from fbnas.config import load_config
 from fbnas.errors import FbnasError
@@ -76,17 +74,12 @@ def test_resume_matches_uninterrupted_run(tmp_path, tiny_lut_file):
                load_checkpoint(tmp_path / "split/checkpoints/last.pt"))
 
 
-def test_ctrl_c_saves_mid_epoch_and_resume_is_exact(tmp_path, tiny_lut_file, monkeypatch):
+def test_ctrl_c_saves_mid_epoch_and_resume_is_exact(tmp_path, tiny_lut_file, monkeypatch,
+                                                    ctrl_c_after):
     cfg = small_config(tiny_lut_file, **{"search.epochs": 1})
     run_search(cfg, tmp_path / "full", echo=quiet)
 
-    class InterruptingProgress(trainer_mod.Progress):
-        def update(self, n=1):
-            super().update(n)
-            if self.done == 4:
-                signal.raise_signal(signal.SIGINT)
-
-    monkeypatch.setattr(trainer_mod, "Progress", InterruptingProgress)
+    ctrl_c_after(4)
     stopped = run_search(cfg, tmp_path / "split", echo=quiet)
     assert stopped["stopped"]
     ckpt = load_checkpoint(tmp_path / "split/checkpoints/last.pt")
@@ -103,8 +96,8 @@ def test_ctrl_c_saves_mid_epoch_and_resume_is_exact(tmp_path, tiny_lut_file, mon
         assert split[0][key] == pytest.approx(full[0][key], rel=1e-6), key
 
 
-def test_budget_multiplier_moves_with_the_error_and_resumes_exactly(tmp_path, tiny_lut_file,
-                                                                   tiny_lut_data, monkeypatch):
+def test_budget_multiplier_moves_with_the_error_and_resumes_exactly(
+        tmp_path, tiny_lut_file, tiny_lut_data, monkeypatch, ctrl_c_after):
     """Under loss.target_penalty=multiplier the multiplier follows the argmax network's
     latency error after every theta step, is recorded per epoch, and a run stopped by Ctrl-C
     after a theta step resumes to the same multiplier, theta and weights."""
@@ -118,13 +111,7 @@ def test_budget_multiplier_moves_with_the_error_and_resumes_exactly(tmp_path, ti
     # the first theta step starts at multiplier 0 and moves it by lr * (argmax / T - 1)
     assert "(multiplier " in (tmp_path / "full" / "train.log").read_text()
 
-    class InterruptingProgress(trainer_mod.Progress):
-        def update(self, n=1):
-            super().update(n)
-            if self.done == 10:  # 9 weight batches, then 2 theta batches: after a theta step
-                signal.raise_signal(signal.SIGINT)
-
-    monkeypatch.setattr(trainer_mod, "Progress", InterruptingProgress)
+    ctrl_c_after(10)  # 9 weight batches, then 2 theta batches: after a theta step
     assert run_search(cfg, tmp_path / "split", echo=quiet)["stopped"]
     mid = load_checkpoint(tmp_path / "split/checkpoints/last.pt")
     assert mid["position"] == 10 and mid["multiplier"] != 0.0
@@ -135,7 +122,7 @@ def test_budget_multiplier_moves_with_the_error_and_resumes_exactly(tmp_path, ti
 
 
 def test_reinforce_theta_steps_with_uniform_paths_train_theta_and_resume_exactly(
-        tmp_path, tiny_lut_file, tiny_lut_data, monkeypatch):
+        tmp_path, tiny_lut_file, tiny_lut_data, monkeypatch, ctrl_c_after):
     """search.theta_estimator=reinforce moves theta from sampled networks' rewards against a
     moving-average baseline, with weight steps on uniformly drawn networks; the baseline is
     checkpointed, so a Ctrl-C after a theta step resumes to the same theta and weights, and
@@ -153,13 +140,7 @@ def test_reinforce_theta_steps_with_uniform_paths_train_theta_and_resume_exactly
     # the printed theta loss is the sampled networks' search loss: CE plus the penalty
     assert all(r["theta_loss"] >= r["theta_ce"] for r in full["history"])
 
-    class InterruptingProgress(trainer_mod.Progress):
-        def update(self, n=1):
-            super().update(n)
-            if self.done == 10:  # 9 weight batches, then 1 of 2 theta batches
-                signal.raise_signal(signal.SIGINT)
-
-    monkeypatch.setattr(trainer_mod, "Progress", InterruptingProgress)
+    ctrl_c_after(10)  # 9 weight batches, then 1 of 2 theta batches
     assert run_search(cfg, tmp_path / "split", echo=quiet)["stopped"]
     mid = load_checkpoint(tmp_path / "split/checkpoints/last.pt")
     assert mid["position"] == 10 and mid["reward_baseline"] is not None
