@@ -15,6 +15,8 @@ from fbnas.arch.limits import MAX_BATCH
 from fbnas.errors import FbnasError, UsageError
 from fbnas.latency.runtimes import DEFAULT_BLOCK_TIME, DEFAULT_RUNTIME, RUNTIMES
 
+#: most architectures one `fbnas sample` draws into a file
+MAX_DRAWS = 10_000
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 #: errors of the machine, not of fbnas: reported in one line instead of a traceback
 ENVIRONMENT_ERRORS = {errno.ENAMETOOLONG, errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM,
@@ -393,7 +395,7 @@ def retrain(arch, name, config_path, data_dir, out, epochs, seed, device, thread
               help="With a budget: the network must spend at least SHARE of it, where any "
                    "network of the space does (0: any network under it) [default: the "
                    "search's loss.target_floor].")
-@click.option("--num", default=1, show_default=True, type=click.IntRange(min=1),
+@click.option("--num", default=1, show_default=True, type=click.IntRange(1, MAX_DRAWS),
               help="Architectures to draw from softmax(theta) (not with --hard).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the draws.")
 @click.option("--name", default=None,

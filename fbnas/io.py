@@ -61,6 +61,15 @@ def check_writable(path: str | Path, option: str = "--out") -> None:
     if not folder.is_dir():
         raise FbnasError(f"cannot write {path}: {folder} is a file, not a folder; pick another "
                          f"{option}")
+    # a name too long for the file system in a folder yet to be made shows only on writing
+    try:
+        name_max = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        name_max = 255
+    for part in path.relative_to(folder).parts:
+        if len(os.fsencode(part)) > name_max:
+            raise FbnasError(f"cannot write {path}: the name {part[:24]}... is longer than the "
+                             f"{name_max} bytes the file system allows; pick another {option}")
     try:
         fd, probe = tempfile.mkstemp(prefix=".fbnas-write-test.", dir=folder)
         os.close(fd)

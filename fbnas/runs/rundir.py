@@ -70,8 +70,13 @@ def check_run_dir(out: str | Path, resume: bool, force: bool) -> RunPaths:
     if out.exists() and not out.is_dir():
         raise FbnasError(f"run directory {out} is a file; pick another --out")
     if resume:
+        started = out.is_dir() and any(p.name != RunLock.NAME for p in out.iterdir())
+        if not paths.last.is_file() and started:
+            raise FbnasError(f"nothing to resume: {paths.last} does not exist (the run stopped "
+                             "before its first checkpoint); start it over with --force")
         if not paths.last.is_file():
-            raise FbnasError(f"nothing to resume: {paths.last} does not exist")
+            raise FbnasError(f"nothing to resume: {paths.last} does not exist; start the run "
+                             "without --resume")
     elif out.is_dir() and any(p.name != RunLock.NAME for p in out.iterdir()) and not force:
         raise FbnasError(f"run directory {out} is not empty; pass --resume to continue the "
                          "run in it or --force to start over")

@@ -513,3 +513,24 @@ def test_a_one_channel_space_on_rgb_data(tmp_path, cifar_subset):
             "--data-dir", cifar_subset, "--out", tmp_path / "run", "--threads", 1)
     assert_user_error(r, "3 channels", "1-channel", "input channels: 3")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_file_name_too_long_is_refused_before_any_work(tmp_path):
+    from fbnas.io import check_writable
+
+    long_name = tmp_path / "new" / ("x" * 300 + ".json")
+    with pytest.raises(FbnasError, match="longer than the .* bytes the file system allows; "
+                                         "pick another --out"):
+        check_writable(long_name)
+    assert not (tmp_path / "new").exists()
+    check_writable(tmp_path / "new" / ("x" * 200 + ".json"))  # within the limit: fine
+
+
+def test_sample_bounds_the_number_of_draws(tmp_path):
+    from click.testing import CliRunner
+
+    from fbnas.cli import MAX_DRAWS, main
+
+    r = CliRunner().invoke(main, ["sample", str(tmp_path), "--num", str(MAX_DRAWS + 1)])
+    assert r.exit_code == 2 and f"1<=x<={MAX_DRAWS}" in r.output
+    assert "Traceback" not in r.output

@@ -57,8 +57,13 @@ def test_a_used_folder_needs_resume_or_force(retrain_config, tmp_path):
     (out / "stale.txt").write_text("from before")
     again = launch(Retrain, cfg, out, resume=False, force=True, stop_after=None)
     assert again["epochs_done"] == 1 and len((out / "metrics.jsonl").read_text().splitlines()) == 1
-    with pytest.raises(FbnasError, match="^nothing to resume: .*last.pt does not exist$"):
+    with pytest.raises(FbnasError, match="^nothing to resume: .*last.pt does not exist; start "
+                                         "the run without --resume$"):
         launch(Retrain, cfg, tmp_path / "empty", True, False, None)
+    (tmp_path / "stopped").mkdir()  # stopped before its first checkpoint: files, no last.pt
+    (tmp_path / "stopped" / "config.yaml").write_text("{}\n")
+    with pytest.raises(FbnasError, match="before its first checkpoint.*--force$"):
+        launch(Retrain, cfg, tmp_path / "stopped", True, False, None)
 
 
 def test_a_run_refused_at_set_up_leaves_no_folder(retrain_config, tmp_path):
