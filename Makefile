@@ -19,7 +19,7 @@ install: $(VENV)/.installed
 test: install
 	$(PY) -m pytest -q
 
-# The unit tests only (about 30 s): no data folder, subprocesses or whole runs (-m "not slow").
+# The unit tests only (about 56 s on 2 cores): no data folder, subprocesses or whole runs (-m "not slow").
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
 

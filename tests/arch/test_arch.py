@@ -294,6 +294,7 @@ def test_bad_definition_files_are_one_line_errors(tmp_path, arch_file, command):
     assert_user_error(run(tmp_path / "schema.json"), "other/9")
 
 
+@pytest.mark.slow  # exports and times the network through ONNX Runtime (about 5 s)
 def test_plain_hand_written_definition_works(tmp_path, space):
     defn = space.definition(["k3_e1", "skip", "k5_e1", "k3_e3"], "hand")
     write_json(tmp_path / "hand.json", defn)
@@ -360,6 +361,7 @@ def trained_like(model):
     return state
 
 
+@pytest.mark.slow  # a torch.export round trip (about 4 s)
 def test_export_pt2_matches_eager(tmp_path, arch_file):
     e = _entry(arch_file)
     model = Network(e).eval()
