@@ -127,7 +127,7 @@ class Search(Trainer):
 
     def setup(self, ckpt: dict | None) -> None:
         cfg = self.cfg
-        self.space = load_space(cfg.space)
+        self.space = self._space(ckpt)
         self.lut_path = self._table(ckpt)
         self.lut = load_lut(self.lut_path, self.space)
         note = self.lut.other_machine()
@@ -166,6 +166,24 @@ class Search(Trainer):
             self.warn(f"the budget {self.budget.ms:.3f} ms is above the slowest network "
                       f"of {self.space.name} ({slowest / 1000:.3f} ms predicted): the search "
                       "will push every layer toward its slowest candidate")
+
+    def _space(self, ckpt: dict | None):
+        """The space to search: config key ``space`` for a new run; for a resumed one the space
+        its checkpoint records, so that a run whose space file was named by a relative path,
+        or was edited since, resumes from any working directory, as its table copy lets it.
+        A resume naming another space loads that one, and :meth:`check_resume` compares."""
+        from fbnas.arch.space import SearchSpace
+
+        saved = (ckpt or {}).get("space")
+        config = (ckpt or {}).get("config")
+        same_name = isinstance(config, dict) and str(config.get("space")) == str(self.cfg.space)
+        if not (isinstance(saved, dict) and same_name):
+            return load_space(self.cfg.space)
+        try:
+            return SearchSpace.from_dict(saved)
+        except (FbnasError, ValueError, TypeError, KeyError) as e:
+            raise FbnasError(f"cannot resume: {self.paths.last} holds an invalid space ({e}); "
+                             "start over with --force") from None
 
     def _table(self, ckpt: dict | None) -> Path:
         """The table to search with: config key ``lut`` for a new run; the run's copy,

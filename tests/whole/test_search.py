@@ -322,3 +322,26 @@ def test_budget_search_ends_with_a_one_shot_check_of_its_most_probable_networks(
     run_search(small_config(tiny_lut_file, **sets, **{"search.rerank": 0}), tmp_path / "plain",
                echo=quiet)
     assert load_checkpoint(tmp_path / "plain/checkpoints/last.pt")["decision"] is None
+
+
+def test_a_search_on_a_space_file_resumes_from_another_folder(tmp_path, tiny_lut_file,
+                                                               monkeypatch):
+    """The run directory holds what it needs: the space a relative path named is taken from
+    the checkpoint, so the run resumes from anywhere, and ends as an uninterrupted one."""
+    import shutil
+
+    from fbnas.arch.space import bundled_spaces
+
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    here.mkdir()
+    elsewhere.mkdir()
+    shutil.copy(bundled_spaces()["tiny"], here / "mine.yaml")
+    monkeypatch.chdir(here)
+    cfg = small_config(tiny_lut_file, space="mine.yaml", **{"data.limit": 200})
+    run_search(cfg, tmp_path / "whole", echo=quiet)
+    run_search(cfg, tmp_path / "split", stop_after=1, echo=quiet)
+    monkeypatch.chdir(elsewhere)
+    r = CliRunner().invoke(main, ["train", "--out", str(tmp_path / "split"), "--resume"])
+    assert r.exit_code == 0, r.output
+    same_state(load_checkpoint(tmp_path / "whole/checkpoints/last.pt"),
+               load_checkpoint(tmp_path / "split/checkpoints/last.pt"))
