@@ -13,6 +13,7 @@ after the set-up succeeded, so that a run refused for bad input leaves nothing b
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -111,6 +112,7 @@ class RunLock:
             paths.root.mkdir(parents=True, exist_ok=True)
             self.fd = os.open(paths.root / self.NAME, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
+            self._remove_made()  # the parents made before the name was refused
             raise FbnasError(f"cannot use {paths.root} as the run directory: "
                              f"{e.strerror or e}; pick another --out") from None
         try:
@@ -124,17 +126,23 @@ class RunLock:
         os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
         self.started = False
 
+    def _remove_made(self) -> None:
+        """Remove the folders this lock made, innermost first, while they are empty."""
+        for folder in self.made:
+            try:
+                folder.rmdir()
+            except OSError as e:
+                if e.errno in (errno.ENOENT, errno.ENAMETOOLONG):  # never made
+                    continue
+                break  # not empty: someone else put something there
+
     def release(self) -> None:
         """Unlock; remove the folder if this lock made it and the run never started."""
         if self.fd is None:
             return
         if self.made and not self.started:
             (self.paths.root / self.NAME).unlink(missing_ok=True)
-            for folder in self.made:
-                try:
-                    folder.rmdir()
-                except OSError:  # not empty: someone else put something there
-                    break
+            self._remove_made()
         os.close(self.fd)  # closing the descriptor drops the flock
         self.fd = None
 

@@ -151,3 +151,13 @@ def test_runs_from_before_shared_weights_resume_with_independent_weights(tmp_pat
     del cfg["search"]["shared_weights"]
     save_checkpoint({"format": CHECKPOINT_FORMAT, "kind": "search", "config": cfg}, paths.last)
     assert resume_config(tmp_path)["search"]["shared_weights"] is False
+
+
+def test_a_run_directory_name_too_long_leaves_no_folders(tmp_path):
+    from fbnas.runs.rundir import RunLock, RunPaths
+
+    out = tmp_path / "new" / "sub" / ("y" * 300)
+    with pytest.raises(FbnasError, match="cannot use .* as the run directory: .*pick another "
+                                         "--out"):
+        RunLock(RunPaths(out))
+    assert not (tmp_path / "new").exists()
