@@ -200,6 +200,8 @@ class Trainer:
             check_resumable(ckpt, f"checkpoint {self.paths.last}", self.check_resume_parts)
             self.check_resume(ckpt)
         self._load_data()
+        if ckpt is not None:
+            self._check_same_data(ckpt)
         torch.manual_seed(cfg.run.seed)
         self.net = self.build_model().to(device)
         self.model = self.net
@@ -254,6 +256,18 @@ class Trainer:
         self.val_loader, self.test_loader = rd.val_loader, rd.test_loader
         self._check_accumulation()
 
+    def _check_same_data(self, ckpt: dict) -> None:
+        """Refuse to resume on training data of another size: the splits and every batch
+        order are drawn from the image count, so the resumed run would silently train on
+        other images (an image skipped under data.skip_bad since the stop, for one).
+        Checkpoints from before the count was kept resume unchecked."""
+        saved, now = ckpt.get("train_images"), len(self.data.train_labels)
+        if isinstance(saved, int) and not isinstance(saved, bool) and saved != now:
+            raise FbnasError(f"cannot resume: the training data now has {now} images, the run "
+                             f"started with {saved} (images were added, removed or became "
+                             "unreadable since); restore the data and resume, or start over "
+                             "with --force")
+
     def _check_accumulation(self) -> None:
         """Refuse an ``accumulate`` above the batches a phase gets in an epoch, whatever the
         plan's alternation: that phase's optimizer would never step. The plans of the first
@@ -299,6 +313,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "rng_torch": torch.get_rng_state() if self.position else None,
             "history": self.history, "world_size": self.info.world_size,
+            "train_images": len(self.data.train_labels),
             # mid-epoch: the sums so far, so that the resumed epoch's record covers all of it
             "epoch_stats": ({p: st.to_dict() for p, st in self.epoch_stats.items()}
                             if self.position else None),

@@ -144,3 +144,24 @@ def test_a_loss_that_is_not_finite_stops_with_the_step_and_the_fix(retrain_confi
         run_retrain(cfg, tmp_path / "run", echo=quiet)
     assert "\n" not in str(e.value)
     assert not (tmp_path / "run" / "checkpoints" / "last.pt").exists()
+
+
+def test_resume_refuses_training_data_of_another_size(tmp_path):
+    """An image skipped (data.skip_bad) since the stop would shift the splits and batch
+    orders without a word; the resume says so instead and leaves the checkpoint alone."""
+    import shutil
+
+    from tests.runs.conftest import TINY_NET, write_folder
+
+    folder = tmp_path / "images"
+    write_folder(folder / "train", TRAIN_PER_CLASS, seed=0)
+    shutil.copytree(folder / "train", folder / "test")
+    arch = tmp_path / "dot.json"
+    arch.write_text(json.dumps(TINY_NET))
+    cfg = tiny_retrain(folder, arch, "data.skip_bad=true")
+    run_retrain(cfg, tmp_path / "run", stop_after=1, echo=quiet)
+    (folder / "train" / "red" / "0.png").write_bytes(b"not an image")
+    with pytest.raises(FbnasError, match=f"now has {TRAIN_PER_CLASS * 3 - 1} images, the run "
+                                         f"started with {TRAIN_PER_CLASS * 3} .*--force$"):
+        run_retrain(cfg, tmp_path / "run", resume=True, echo=quiet)
+    assert load_checkpoint(tmp_path / "run")["epoch"] == 1
