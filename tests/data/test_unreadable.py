@@ -55,7 +55,7 @@ def test_a_class_folder_link_to_nothing_is_named(linked, tmp_path):
 def test_a_streamed_run_refuses_a_truncated_image_before_training(folder, tiny_lut_file,
                                                                   tmp_path):
     from fbnas.search.run import run_search
-    from tests.test_search import quiet
+    from tests.whole.test_search import quiet
 
     root = tmp_path / "bad"
     shutil.copytree(folder, root)
@@ -81,7 +81,7 @@ def test_an_image_damaged_mid_run_is_one_line_and_the_run_resumes(folder, tiny_l
                                                                   tmp_path, monkeypatch):
     from fbnas.runs.checkpoint import load_checkpoint
     from fbnas.search.run import run_search
-    from tests.test_search import quiet, same_state
+    from tests.whole.test_search import quiet, same_state
 
     root = tmp_path / "data"
     shutil.copytree(folder, root)
