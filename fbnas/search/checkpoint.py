@@ -116,32 +116,27 @@ def load_search_checkpoint(path: str | Path) -> SearchCheckpoint:
     except FbnasError as e:
         raise FbnasError(f"{where} holds a config this fbnas cannot read: {e}") from None
     epoch = ck.get("epoch")
+    decision, rank = _decision(ck, space)
     return SearchCheckpoint(
         path=ckpt_path, run_dir=run_dir, space=space, probs=probs,
         epoch=int(epoch) if isinstance(epoch, int) else -1,
         lut_path=ck.get("lut_path") if isinstance(ck.get("lut_path"), str) else None,
         lut_hash=ck.get("lut_hash") if isinstance(ck.get("lut_hash"), str) else None,
         hash=file_hash(ckpt_path), config=config, budget=Budget.of(config),
-        decision=_decision(ck, space),
-        decision_rank=_decision_rank(ck))
+        decision=decision, decision_rank=rank)
 
 
-def _decision_rank(ck: dict) -> tuple[int, int] | None:
+def _decision(ck: dict, space: SearchSpace) -> tuple[list[str] | None, tuple[int, int] | None]:
+    """The ops of the search's recorded one-shot pick, if it holds a valid one, and its
+    (rank, of) among the networks checked, where recorded."""
     d = ck.get("decision")
-    if not isinstance(d, dict) or not isinstance(d.get("candidates"), list):
-        return None
-    rank = d.get("rank")
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < len(
-            d["candidates"]):
-        return None
-    return rank, len(d["candidates"])
-
-
-def _decision(ck: dict, space: SearchSpace) -> list[str] | None:
-    """The ops of the search's recorded one-shot pick, if it holds a valid one."""
-    d = ck.get("decision")
-    ops = d.get("ops") if isinstance(d, dict) else None
+    if not isinstance(d, dict):
+        return None, None
+    ops, rank, cands = d.get("ops"), d.get("rank"), d.get("candidates")
     if not isinstance(ops, list) or len(ops) != len(space.layers) or not all(
             isinstance(o, str) and o in layer.candidates for o, layer in zip(ops, space.layers)):
-        return None
-    return list(ops)
+        return None, None
+    if not isinstance(cands, list) or isinstance(rank, bool) or not isinstance(rank, int) \
+            or not 0 <= rank < len(cands):
+        return list(ops), None
+    return list(ops), (rank, len(cands))
