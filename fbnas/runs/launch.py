@@ -33,6 +33,20 @@ def pick_device(name: str, info: DistInfo) -> torch.device:
     return torch.device("cpu")
 
 
+def anchor_data_paths(cfg: Config) -> None:
+    """Make ``data.dir`` and ``data.classes`` absolute where they exist, as the run saves
+    them (a missing one stays as typed, for the error that names it).
+
+    Why: a run directory resumes from any working directory. Saved as typed (say
+    ``../data``), a resume from elsewhere would read another folder or none; saved absolute,
+    a resume on another machine whose data lies elsewhere is refused naming the missing folder
+    and ``--data-dir``, and the image count check catches a different data set."""
+    for key in ("dir", "classes"):
+        typed = getattr(cfg.data, key)
+        if typed and Path(typed).expanduser().exists():
+            setattr(cfg.data, key, str(Path(typed).expanduser().absolute()))
+
+
 def launch(trainer_cls: type[Trainer], cfg: Config, out: str | Path, resume: bool, force: bool,
            stop_after: int | None, echo: Callable[[str], None] | None = None) -> dict:
     """Prepare the process group, the device and the run directory, then run ``trainer_cls``.
@@ -60,6 +74,7 @@ def launch(trainer_cls: type[Trainer], cfg: Config, out: str | Path, resume: boo
                 from fbnas.data.cifar import download_cifar10
 
                 run_on_main(lambda: download_cifar10(cfg.data.dir), info, collectives)
+            anchor_data_paths(cfg)
             ckpt = load_checkpoint(paths.last, trainer_cls.kind) if resume else None
             trainer = trainer_cls(cfg, paths, info, device, ckpt)
 

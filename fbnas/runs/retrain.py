@@ -33,7 +33,12 @@ class Retrain(Trainer):
         if not r.arch:
             raise FbnasError("no architecture to retrain: give ARCH (a file written by fbnas "
                              "sample) or set retrain.arch")
-        self.arch_name, self.definition = select(r.arch, r.name)
+        if ckpt is not None and "definition" in ckpt and not Path(r.arch).exists():
+            # the run directory holds what it trains: a resume from another working directory
+            # (where a relative retrain.arch names nothing) or machine needs no copy of the file
+            self.arch_name, self.definition = ckpt.get("arch_name", r.name), ckpt["definition"]
+        else:
+            self.arch_name, self.definition = select(r.arch, r.name)
         self.epochs = r.epochs
         self.resolution = self.definition["input"]["resolution"]
         self.in_channels = self.definition["input"]["channels"]

@@ -76,3 +76,37 @@ def test_a_run_refused_at_set_up_leaves_no_folder(retrain_config, tmp_path):
     # the lock went with it: the same folder runs now
     assert launch(Retrain, retrain_config("retrain.epochs=1"), out, False, False,
                   None)["epochs_done"] == 1
+
+
+def test_a_run_resumes_from_another_folder_with_relative_paths(image_folder, tiny_arch,
+                                                                tmp_path, monkeypatch):
+    """data.dir and retrain.arch typed relative to where the run started: a resume from
+    another working directory reads the same data and trains the same network, and ends as
+    an uninterrupted run does."""
+    import shutil
+
+    from fbnas.runs.checkpoint import load_checkpoint
+    from tests.runs.conftest import tiny_retrain
+
+    here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
+    here.mkdir()
+    elsewhere.mkdir()
+    (here / "images").symlink_to(image_folder)
+    shutil.copy(tiny_arch, here / "dot.json")
+    monkeypatch.chdir(here)
+    cfg = tiny_retrain("images", "dot.json")
+    launch(Retrain, cfg, tmp_path / "whole", False, False, None)
+    cfg = tiny_retrain("images", "dot.json")
+    launch(Retrain, cfg, tmp_path / "split", False, False, stop_after=1)
+    monkeypatch.chdir(elsewhere)
+    saved = json.loads(json.dumps(load_checkpoint(tmp_path / "split/checkpoints/last.pt")
+                                  ["config"]))
+    assert saved["data"]["dir"] == str(here / "images")  # saved absolute
+    from fbnas.runs.run_config import run_config
+
+    again = launch(Retrain, run_config(None, tmp_path / "split", resume=True),
+                   tmp_path / "split", True, False, None)
+    assert again["epochs_done"] == 2
+    a = load_checkpoint(tmp_path / "whole/checkpoints/last.pt")["model"]
+    b = load_checkpoint(tmp_path / "split/checkpoints/last.pt")["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

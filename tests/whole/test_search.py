@@ -327,7 +327,8 @@ def test_budget_search_ends_with_a_one_shot_check_of_its_most_probable_networks(
 def test_a_search_on_a_space_file_resumes_from_another_folder(tmp_path, tiny_lut_file,
                                                                monkeypatch):
     """The run directory holds what it needs: the space a relative path named is taken from
-    the checkpoint, so the run resumes from anywhere, and ends as an uninterrupted one."""
+    the checkpoint and the relative data folder is saved absolute, so the run resumes from
+    anywhere, and ends as an uninterrupted one."""
     import shutil
 
     from fbnas.arch.space import bundled_spaces
@@ -336,8 +337,10 @@ def test_a_search_on_a_space_file_resumes_from_another_folder(tmp_path, tiny_lut
     here.mkdir()
     elsewhere.mkdir()
     shutil.copy(bundled_spaces()["tiny"], here / "mine.yaml")
+    (here / "data").symlink_to(CIFAR_SUBSET)
     monkeypatch.chdir(here)
-    cfg = small_config(tiny_lut_file, space="mine.yaml", **{"data.limit": 200})
+    cfg = small_config(tiny_lut_file, space="mine.yaml", **{"data.limit": 200,
+                                                             "data.dir": "data"})
     run_search(cfg, tmp_path / "whole", echo=quiet)
     run_search(cfg, tmp_path / "split", stop_after=1, echo=quiet)
     monkeypatch.chdir(elsewhere)
