@@ -65,9 +65,10 @@ def budgets(args, lat: dict[str, float]) -> list[tuple[float | None, float]]:
     return [(q, round(latency_quantile(lat, q) / 1000, 3)) for q in args.quantiles]
 
 
-def one_shot(run_dir: Path, keys: list[str]) -> list[float]:
-    """Val top-1 of each network ``keys`` names on the supernet weights of the finished
-    search in ``run_dir``, BN statistics re-estimated for each (Search.evaluate)."""
+def one_shot(run_dir: Path, keys: list[str]) -> list[dict]:
+    """Val top-1 and cross-entropy of each network ``keys`` names on the supernet weights of
+    the finished search in ``run_dir``, BN statistics re-estimated for each
+    (Search.evaluate)."""
     import torch
 
     from fbnas.config import from_saved
@@ -79,7 +80,7 @@ def one_shot(run_dir: Path, keys: list[str]) -> list[float]:
     ckpt = load_checkpoint(paths.last, "search")
     cfg = from_saved(ckpt["config"])
     trainer = Search(cfg, paths, init_from_env("cpu"), torch.device("cpu"), ckpt)
-    return [trainer.evaluate(trainer.val_loader, path=trainer.net.path_of(ops_of(k)))["top1"]
+    return [trainer.evaluate(trainer.val_loader, path=trainer.net.path_of(ops_of(k)))
             for k in keys]
 
 
@@ -101,7 +102,8 @@ def rank_correlations(args, run_dir: Path, truth, lut, budget_us: float, lat) ->
         macs = [lut.raw_sum(ops_of(k), "macs") for k in keys]
         out[name] = {"networks": len(keys), **{
             what: round(float(kendalltau(v, true).statistic), 3) for what, v in
-            (("one_shot", mine), ("latency", [lat[k] for k in keys]), ("macs", macs))}}
+            (("one_shot", [m["top1"] for m in mine]), ("one_shot_ce", [-m["ce"] for m in mine]),
+             ("latency", [lat[k] for k in keys]), ("macs", macs))}}
     return out
 
 
@@ -131,11 +133,14 @@ def score_run(args, out: Path, truth, lut, space, lat) -> dict:
     control_probs = cost_only_theta(cfg, space, lut, theta_steps_taken(raw))
     if ck.decision is not None and args.floor is None and args.rerank is None:
         found = ck.decision  # the search's own one-shot check
+        found_scored = [[key_of(c["ops"]), round(c["val_top1"], 2),
+                         None if "val_ce" not in c else round(c["val_ce"], 4)]
+                        for c in raw["decision"]["candidates"]]
     else:
-        found = decide(out, lut, space, ck.probs, budget_us, floor, k)
+        found, found_scored = decide(out, lut, space, ck.probs, budget_us, floor, k)
     # the control decides as the search does: its k most probable networks, scored one-shot
     # on the search's weights where k > 1, so that only theta differs
-    control = decide(out, lut, space, control_probs, budget_us, floor, k)
+    control, control_scored = decide(out, lut, space, control_probs, budget_us, floor, k)
     v, c = (judge(truth, lat, budget_us, key_of(ops)) for ops in (found, control))
     row = {
         "budget_ms": ck.budget.ms, "floor": floor, "rerank": k if k > 1 else 0,
@@ -153,6 +158,8 @@ def score_run(args, out: Path, truth, lut, space, lat) -> dict:
         "supernet_val_top1": [round(r.get("val_top1", float("nan")), 2) for r in hist],
         "found_val_top1": [round(r.get("found_val_top1", float("nan")), 2) for r in hist],
         "lut_cpu": lut.data["environment"].get("cpu"), "date": time.strftime("%Y-%m-%d"),
+        # each one-shot-checked network, most probable first: key, val top-1, val CE
+        "found_candidates": found_scored, "control_candidates": control_scored,
     }
     if args.rank:
         row["rank"] = rank_correlations(args, out, truth, lut, budget_us, lat)
@@ -160,15 +167,18 @@ def score_run(args, out: Path, truth, lut, space, lat) -> dict:
 
 
 def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: int
-           ) -> list[str]:
+           ) -> tuple[list[str], list[list]]:
     """The network a search with theta ``probs`` returns: the most probable within the
     window, or with ``k`` > 1 the best one-shot (on ``run_dir``'s weights) of the ``k`` most
-    probable, ties to the more probable, as Search.rerank decides."""
+    probable, ties to the more probable, as Search.rerank decides; and each checked
+    network's [key, val top-1, val CE]."""
     options = top_in_window(lut, space, probs, budget_us, floor, max(k, 1))
     if len(options) == 1:
-        return options[0]
+        return options[0], []
     shot = one_shot(run_dir, [key_of(ops) for ops in options])
-    return options[max(range(len(options)), key=lambda i: (shot[i], -i))]
+    best = max(range(len(options)), key=lambda i: (shot[i]["top1"], -i))
+    return options[best], [[key_of(ops), round(m["top1"], 2), round(m["ce"], 4)]
+                           for ops, m in zip(options, shot)]
 
 
 def setting(args) -> tuple:
@@ -217,7 +227,8 @@ def append_rows(args, rows) -> None:
         print_table([row])
         for name, r in row.get("rank", {}).items():
             print(f"  Kendall tau against the truth, {r['networks']} {name.replace('_', '-')} "
-                  f"networks: one-shot accuracy {r['one_shot']:.3f}, predicted latency "
+                  f"networks: one-shot accuracy {r['one_shot']:.3f}, one-shot CE "
+                  f"{r.get('one_shot_ce', float('nan')):.3f}, predicted latency "
                   f"{r['latency']:.3f}, MACs {r['macs']:.3f}", flush=True)
     print(f"appended to {results}")
 

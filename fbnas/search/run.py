@@ -296,8 +296,10 @@ class Search(Trainer):
         probs = [p.double().numpy() for p in self.net.probabilities()]
         options = top_in_window(self.lut, self.space, probs, self.budget.us, self.budget.floor,
                                 k)
-        scored = [{"ops": ops, "val_top1": self.evaluate(
-            self.val_loader, path=self.net.path_of(ops))["top1"]} for ops in options]
+        scored = []
+        for ops in options:
+            figures = self.evaluate(self.val_loader, path=self.net.path_of(ops))
+            scored.append({"ops": ops, "val_top1": figures["top1"], "val_ce": figures["ce"]})
         best = max(range(len(scored)), key=lambda i: (scored[i]["val_top1"], -i))
         return {"ops": scored[best]["ops"], "rank": best, "candidates": scored}
 

@@ -135,7 +135,13 @@ optim: {{theta: {{lr: 0.1}}}}
     assert row["gap"] == pytest.approx(row["oracle_accuracy"] - row["accuracy"])
     assert 0 < row["percentile"] <= 100 and row["within"] >= 1
     assert row["rank"]["random"]["networks"] == 5
-    assert set(row["rank"]["random"]) == {"networks", "one_shot", "latency", "macs"}
+    assert set(row["rank"]["random"]) == {"networks", "one_shot", "one_shot_ce", "latency",
+                                          "macs"}
+    # each network the one-shot check scored, for the search and its control: key, top-1, CE
+    for scored, pick in ((row["found_candidates"], row["found"]),
+                         (row["control_candidates"], row["control"])):
+        assert all(len(key) == 2 and 0 <= top1 <= 100 and ce > 0 for key, top1, ce in scored)
+        assert not scored or pick == max(scored, key=lambda c: c[1])[0]
     # 9 networks: too few spend 90 to 100% of the budget for a rank correlation
     assert "near_budget" not in row["rank"] or row["rank"]["near_budget"]["networks"] >= 3
     out = capsys.readouterr().out

@@ -313,6 +313,7 @@ def test_budget_search_ends_with_a_one_shot_check_of_its_most_probable_networks(
     d = ckpt["decision"]
     assert 2 <= len(d["candidates"]) <= 3
     scores = [c["val_top1"] for c in d["candidates"]]
+    assert all(c["val_ce"] > 0 for c in d["candidates"])  # recorded for other decision rules
     assert d["ops"] == d["candidates"][d["rank"]]["ops"] and scores[d["rank"]] == max(scores)
     assert result["found_ops"] == d["ops"]
     first, last = result["history"]
