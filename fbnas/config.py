@@ -202,8 +202,9 @@ class RunConfig:
     threads: Optional[int] = None  # torch intra-op threads per process (None = torch default)
     log_every: int = 20  # steps between TensorBoard scalar points
     progress: bool = True  # progress bars on a terminal
-    # bf16: training steps' forward under bfloat16 autocast (evaluation stays fp32); pays
-    # only on CPUs with native bf16 (AVX512_BF16 or AMX), see docs/retrain.md, Speed
+    # bf16: training steps' forward under bfloat16 autocast (evaluation stays fp32); slower
+    # without native bf16 (AVX512_BF16 or AMX), and measured slower even with AMX on the
+    # bundled spaces' networks, see docs/retrain.md, Speed
     precision: str = _choices("fp32", "bf16", default="fp32")
 
 
