@@ -133,8 +133,7 @@ def score_run(args, out: Path, truth, lut, space, lat) -> dict:
     control_probs = cost_only_theta(cfg, space, lut, theta_steps_taken(raw))
     if ck.decision is not None and args.floor is None and args.rerank is None:
         found = ck.decision  # the search's own one-shot check
-        found_scored = [[key_of(c["ops"]), round(c["val_top1"], 2),
-                         None if "val_ce" not in c else round(c["val_ce"], 4)]
+        found_scored = [scored_entry(c["ops"], c["val_top1"], c.get("val_ce"))
                         for c in raw["decision"]["candidates"]]
     else:
         found, found_scored = decide(out, lut, space, ck.probs, budget_us, floor, k)
@@ -177,8 +176,13 @@ def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: 
         return options[0], []
     shot = one_shot(run_dir, [key_of(ops) for ops in options])
     best = max(range(len(options)), key=lambda i: (shot[i]["top1"], -i))
-    return options[best], [[key_of(ops), round(m["top1"], 2), round(m["ce"], 4)]
-                           for ops, m in zip(options, shot)]
+    return options[best], [scored_entry(ops, m["top1"], m["ce"]) for ops, m in zip(options, shot)]
+
+
+def scored_entry(ops: list[str], top1: float, ce: float | None) -> list:
+    """A row's record of one network the one-shot check scored: [key, val top-1, val CE]
+    (CE None for searches that did not record it)."""
+    return [key_of(ops), round(top1, 2), None if ce is None else round(ce, 4)]
 
 
 def setting(args) -> tuple:

@@ -86,6 +86,7 @@ def test_a_run_resumes_from_another_folder_with_relative_paths(image_folder, tin
     import shutil
 
     from fbnas.runs.checkpoint import load_checkpoint
+    from fbnas.runs.run_config import run_config
     from tests.runs.conftest import tiny_retrain
 
     here, elsewhere = tmp_path / "here", tmp_path / "elsewhere"
@@ -99,11 +100,8 @@ def test_a_run_resumes_from_another_folder_with_relative_paths(image_folder, tin
     cfg = tiny_retrain("images", "dot.json")
     launch(Retrain, cfg, tmp_path / "split", False, False, stop_after=1)
     monkeypatch.chdir(elsewhere)
-    saved = json.loads(json.dumps(load_checkpoint(tmp_path / "split/checkpoints/last.pt")
-                                  ["config"]))
+    saved = load_checkpoint(tmp_path / "split/checkpoints/last.pt")["config"]
     assert saved["data"]["dir"] == str(here / "images")  # saved absolute
-    from fbnas.runs.run_config import run_config
-
     again = launch(Retrain, run_config(None, tmp_path / "split", resume=True),
                    tmp_path / "split", True, False, None)
     assert again["epochs_done"] == 2
