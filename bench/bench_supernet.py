@@ -10,6 +10,10 @@ images/s and the ratios. Variants:
   loop-cl    the loop converted to channels_last: how much of the gain is the memory format
   hard       the loop in hard mode (one sampled op per layer)
   hard-fast  the fast supernet in hard mode (it runs the loop in channels_last)
+  hard-tp2   hard-fast with search.transition_paths 2: two drawn candidates mixed in each
+             transition layer instead of all
+  hard-one   hard-fast with search.soft_transitions false: one candidate everywhere, the
+             floor a hard step could reach
 
 Peak memory is the peak resident set size of a fresh child process that builds the supernet
 and runs two steps of one variant at 1 thread (VmHWM from /proc/self/status on Linux; else
@@ -39,15 +43,19 @@ from fbnas.latency.lut import LUT, load_lut, profile_space
 from fbnas.search.loss import paper_loss
 from fbnas.search.supernet import Supernet
 
-VARIANTS = ("loop", "fast", "loop-cl", "hard", "hard-fast")
+VARIANTS = ("loop", "fast", "loop-cl", "hard", "hard-fast", "hard-tp2", "hard-one")
 LABELS = {"loop": "soft, loop (NCHW)", "fast": "soft, fast", "loop-cl": "soft, loop (CL)",
-          "hard": "hard, loop (NCHW)", "hard-fast": "hard, fast"}
+          "hard": "hard, loop (NCHW)", "hard-fast": "hard, fast",
+          "hard-tp2": "hard, 2 at transitions", "hard-one": "hard, 1 at transitions"}
 
 
 def build(space, lut: LUT, variant: str) -> Supernet:
     """A supernet with seed-0 weights for ``variant``."""
     torch.manual_seed(0)
-    net = Supernet(space, lut, "latency", impl="fast" if "fast" in variant else "loop")
+    fast = "fast" in variant or variant in ("hard-tp2", "hard-one")
+    net = Supernet(space, lut, "latency", impl="fast" if fast else "loop",
+                   transition_paths=2 if variant == "hard-tp2" else 0,
+                   soft_transitions=variant != "hard-one")
     if variant == "loop-cl":
         net = net.to(memory_format=torch.channels_last)
     return net
@@ -174,7 +182,9 @@ def main() -> None:
         for a, b, what in (("loop", "fast", "speed-up of fast over loop"),
                            ("loop", "loop-cl", "speed-up of channels_last alone"),
                            ("loop", "hard", "soft/hard step time (loop)"),
-                           ("fast", "hard-fast", "soft/hard step time (fast)")):
+                           ("fast", "hard-fast", "soft/hard step time (fast)"),
+                           ("hard-fast", "hard-tp2", "speed-up of 2 paths at transitions"),
+                           ("hard-fast", "hard-one", "speed-up of 1 path at transitions")):
             if a in med and b in med:
                 print(f"{what}: {med[a] / med[b]:.2f}x")
     if not args.no_memory:

@@ -89,6 +89,9 @@ class SearchConfig:
     # hard mode: mix all candidates of transition layers (stride 2 or new width) instead of
     # switching between their unrelated representations at every step
     soft_transitions: bool = True
+    # ... but mix only this many of their candidates, drawn without replacement from
+    # softmax(theta) at each step (0: all): a weight step's cost there falls with it
+    transition_paths: int = 0
     # the kK_eE[_gG] candidates of a layer slice one set of weights (largest kernel, widest
     # expansion), so every step trains them all (see fbnas/search/entangled.py)
     shared_weights: bool = False
@@ -402,6 +405,10 @@ def validate(cfg: Config) -> Config:
     need(s.accumulate >= 1, "config key search.accumulate must be at least 1")
     need(1 <= s.theta_paths <= 64, "config key search.theta_paths must be from 1 to 64 (the "
                                    "networks a REINFORCE theta step runs)")
+    need(s.transition_paths == 0 or 2 <= s.transition_paths <= 64,
+         "config key search.transition_paths must be 0 (mix every candidate of a transition "
+         f"layer) or from 2 to 64, got {s.transition_paths}; one path there is "
+         "search.soft_transitions=false")
     need(0 <= s.rerank <= 64, "config key search.rerank must be from 0 to 64 (the networks "
                               f"scored one-shot after the search), got {s.rerank}")
     need(0 <= s.reinforce_momentum < 1, "config key search.reinforce_momentum must be in "

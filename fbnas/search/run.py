@@ -53,7 +53,8 @@ def build_supernet(cfg: Config, space, lut) -> Supernet:
     """The supernet ``cfg``'s search keys describe (also used to reload a run's weights)."""
     s = cfg.search
     return Supernet(space, lut, s.cost, impl=s.supernet, zero_init_residual=s.zero_init_residual,
-                    soft_transitions=s.soft_transitions, shared_weights=s.shared_weights)
+                    soft_transitions=s.soft_transitions, shared_weights=s.shared_weights,
+                    transition_paths=s.transition_paths)
 
 
 def theta_step_mode(cfg: Config) -> str:

@@ -16,6 +16,11 @@ without them the training CE stays at ln 10 even when only 2 candidates per laye
   no candidate keeps the input) mix all candidates with the Gumbel-softmax weights, as in
   soft mode, instead of switching between unrelated representations every step; argmax
   evaluation weights them by softmax(theta). The other layers run one sampled candidate.
+  With ``transition_paths`` K (1 < K < candidates) a transition layer mixes only the K
+  candidates with the largest perturbed scores (theta + Gumbel noise, the Gumbel-top-K draw
+  of K candidates without replacement from softmax(theta)), weighted by the Gumbel-softmax
+  over those K: a weight step there then costs K candidates instead of all of them, as
+  ProxylessNAS's two sampled paths do.
 """
 
 from __future__ import annotations
@@ -39,6 +44,13 @@ MODES = ("soft", "hard", "argmax", "softmax")
 IMPLEMENTATIONS = ("loop", "fast")
 
 
+def gumbel_noise(shape, like: torch.Tensor) -> torch.Tensor:
+    """g = -log(-log U), U uniform on (0, 1), in ``like``'s dtype and device."""
+    u = torch.rand(shape, device=like.device, dtype=like.dtype)
+    tiny = torch.finfo(like.dtype).tiny
+    return -torch.log(-torch.log(u.clamp(min=tiny, max=1.0 - 1e-7)))
+
+
 def gumbel_softmax(theta: torch.Tensor, tau: float, hard: bool, samples: int | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Sample softmax((theta + g) / tau) with g = -log(-log U); straight-through if ``hard``.
@@ -46,9 +58,7 @@ def gumbel_softmax(theta: torch.Tensor, tau: float, hard: bool, samples: int | N
     Returns the weights, shape (n,) or (samples, n), and for ``hard`` the chosen indices.
     """
     shape = theta.shape if samples is None else (samples, theta.numel())
-    u = torch.rand(shape, device=theta.device, dtype=theta.dtype)
-    tiny = torch.finfo(theta.dtype).tiny
-    g = -torch.log(-torch.log(u.clamp(min=tiny, max=1.0 - 1e-7)))
+    g = gumbel_noise(shape, theta)
     y = F.softmax((theta + g) / tau, dim=-1)
     if not hard:
         return y, None
@@ -57,11 +67,23 @@ def gumbel_softmax(theta: torch.Tensor, tau: float, hard: bool, samples: int | N
     return one_hot - y.detach() + y, idx
 
 
+def gumbel_top_k(theta: torch.Tensor, tau: float, k: int) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """K candidates drawn without replacement from softmax(theta) (the K largest of theta + g)
+    and their weights: the softmax of (theta + g) / tau over those K, zero elsewhere."""
+    z = (theta + gumbel_noise(theta.shape, theta)) / tau
+    chosen = torch.topk(z.detach(), k).indices
+    mask = torch.zeros_like(z, dtype=torch.bool)
+    mask[chosen] = True
+    w = F.softmax(z.masked_fill(~mask, float("-inf")), dim=-1)
+    return w, tuple(sorted(chosen.tolist()))
+
+
 class MixedOp(nn.Module):
     """All candidates of one searchable layer, their theta and their costs."""
 
     def __init__(self, layer: Layer, costs: list[float], zero_init_residual: bool = False,
-                 soft_transition: bool = False, shared_weights: bool = False):
+                 soft_transition: bool = False, shared_weights: bool = False,
+                 transition_paths: int = 0):
         super().__init__()
         self.candidates = tuple(layer.candidates)
         if shared_weights:  # the blocks slice self.shared (see fbnas.search.entangled)
@@ -74,6 +96,8 @@ class MixedOp(nn.Module):
         # replaces the representation with one of its own, unrelated to the others' at init.
         self.transition = layer.stride != 1 or layer.c_in != layer.c_out
         self.soft_transition = soft_transition and self.transition
+        # mix a sampled K of the candidates there instead of all (0: all)
+        self.mix_k = transition_paths if 1 < transition_paths < len(self.candidates) else 0
         if zero_init_residual:
             for op in self.ops:
                 init = getattr(op, "zero_init_residual", None)
@@ -83,7 +107,10 @@ class MixedOp(nn.Module):
         self.register_buffer("cost", torch.tensor(costs, dtype=torch.float32), persistent=False)
 
     def weights(self, mode: str, tau: float, samples: int | None):
-        """(weights, chosen indices or None) for one forward pass in ``mode``."""
+        """(weights, chosen indices or None) for one forward pass in ``mode``: an index tensor
+        picks one candidate (or one per image), a tuple of ints the candidates to mix."""
+        if mode == "hard" and self.soft_transition and self.mix_k and samples is None:
+            return gumbel_top_k(self.theta, tau, self.mix_k)
         if mode == "soft" or (mode == "hard" and self.soft_transition):
             return gumbel_softmax(self.theta, tau, hard=False, samples=samples)
         if mode == "hard":
@@ -100,6 +127,8 @@ class MixedOp(nn.Module):
             if w.dim() == 1:
                 return sum(w[i] * op(x) for i, op in enumerate(self.ops))
             return sum(w[:, i].view(-1, 1, 1, 1) * op(x) for i, op in enumerate(self.ops))
+        if isinstance(idx, tuple):  # the sampled few of a transition layer, weighted
+            return sum(w[i] * self.ops[i](x) for i in idx)
         if idx.dim() == 0:  # one candidate for the whole batch
             i = int(idx)
             return w[i] * self.ops[i](x)
@@ -140,7 +169,7 @@ class Supernet(nn.Module):
 
     def __init__(self, space: SearchSpace, lut: LUT, cost: str = "latency", impl: str = "loop",
                  zero_init_residual: bool = True, soft_transitions: bool = True,
-                 shared_weights: bool = False):
+                 shared_weights: bool = False, transition_paths: int = 0):
         super().__init__()
         if impl not in IMPLEMENTATIONS:
             raise ValueError(f"unknown supernet implementation {impl!r}")
@@ -156,7 +185,8 @@ class Supernet(nn.Module):
         for layer, row in zip(space.layers, lut.data["layers"]):
             costs = [lut.cost(row["candidates"][op], cost) for op in layer.candidates]
             layers.append(mixed(layer, costs, zero_init_residual=zero_init_residual,
-                                soft_transition=soft_transitions, shared_weights=shared_weights))
+                                soft_transition=soft_transitions, shared_weights=shared_weights,
+                                transition_paths=transition_paths))
         self.layers = nn.ModuleList(layers)
         self.head = Head(space.final_channels, space.head_channels, space.num_classes)
         self.fixed_cost = lut.fixed_cost(cost)

@@ -34,6 +34,7 @@ def test_file_then_overrides(tmp_path):
     ("search.warmup_epochs=200", "warmup_epochs"),
     ("novalue", "expected key=value"),
     ("search.theta_paths=0", "search.theta_paths must be from 1 to 64"),
+    ("search.transition_paths=1", "search.transition_paths must be 0 .* or from 2 to 64"),
     ("search.reinforce_momentum=1", r"search.reinforce_momentum must be in \[0, 1\)"),
     ("search.theta_estimator=policy", "search.theta_estimator must be one of relaxed, reinforce"),
     ("search.weight_sampling=all", "search.weight_sampling must be one of theta, uniform"),

@@ -4,7 +4,7 @@ import torch.nn.functional as F
 
 from fbnas.arch.space import load_space
 from fbnas.latency.lut import LUT
-from fbnas.search.supernet import Supernet, gumbel_softmax
+from fbnas.search.supernet import MixedOp, Supernet, gumbel_softmax
 
 
 @pytest.fixture
@@ -43,6 +43,47 @@ def test_candidates_start_interchangeable(tiny_lut_data):
     logits.sum().backward()
     op = next(op for op in layer.ops if getattr(op, "residual", False))
     assert op.body[-1][1].weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("impl", ["loop", "fast"])
+def test_transition_paths_mix_a_sampled_few(tiny_lut_data, impl):
+    """With search.transition_paths K a hard step mixes K candidates of a transition layer,
+    drawn without replacement from softmax(theta); only those run and get gradients."""
+    torch.manual_seed(0)
+    net = Supernet(load_space("tiny"), LUT(tiny_lut_data), impl=impl, transition_paths=2)
+    layer = next(m for m in net.layers if m.transition)
+    n = len(layer.candidates)
+    for _ in range(20):
+        w, idx = layer.weights("hard", 5.0, None)
+        assert isinstance(idx, tuple) and len(idx) == 2
+        w = w.detach()
+        assert torch.count_nonzero(w) == 2 and abs(float(w.sum()) - 1.0) < 1e-6
+        assert all(float(w[i]) > 0 for i in idx)
+    # the same output as mixing every candidate with those weights (zero elsewhere)
+    x = torch.randn(2, net.space.layers[list(net.layers).index(layer)].c_in, 16, 16)
+    layer.eval()
+    assert torch.allclose(layer(x, w, idx), MixedOp.forward(layer, x, w, None), atol=1e-6)
+    # a weight step trains the drawn candidates only
+    layer.train()
+    layer.zero_grad()
+    layer(x, w, idx).sum().backward()
+    trained = [i for i, op in enumerate(layer.ops)
+               if any(p.grad is not None and p.grad.abs().sum() > 0 for p in op.parameters())]
+    assert trained == list(idx)
+    # a candidate theta strongly prefers is drawn every time; the rest share the second place
+    with torch.no_grad():
+        layer.theta.copy_(torch.tensor([8.0] + [0.0] * (n - 1)))
+    seen = set()
+    for _ in range(200):
+        _, idx = layer.weights("hard", 1.0, None)
+        assert 0 in idx
+        seen.update(idx)
+    assert seen == set(range(n))
+    # per-image draws, evaluation and the other layers are as without the option
+    assert layer.weights("hard", 5.0, 4)[1] is None
+    assert layer.weights("argmax", 1.0, None)[1] is None
+    plain = next(m for m in net.layers if not m.transition)
+    assert isinstance(plain.weights("hard", 5.0, None)[1], torch.Tensor)
 
 
 @pytest.mark.parametrize("mode,per_sample", [("soft", False), ("hard", False), ("soft", True),

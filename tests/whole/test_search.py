@@ -153,6 +153,22 @@ def test_reinforce_theta_steps_with_uniform_paths_train_theta_and_resume_exactly
         r["argmax_stable"] for r in full["history"]]
 
 
+def test_sampled_transition_paths_train_and_resume_exactly(
+        tmp_path, tiny_lut_file, monkeypatch, ctrl_c_after):
+    """search.transition_paths=2: hard weight steps mix two drawn candidates of each
+    transition layer; the draw comes from the checkpointed generator, so a Ctrl-C mid-epoch
+    resumes to the same theta and weights."""
+    cfg = small_config(tiny_lut_file, **{"search.mode": "hard", "search.transition_paths": 2})
+    run_search(cfg, tmp_path / "full", echo=quiet)
+    ckpt = load_checkpoint(tmp_path / "full/checkpoints/last.pt")
+    assert any(float(t.abs().max()) > 0 for t in ckpt["theta"])
+    ctrl_c_after(5)
+    assert run_search(cfg, tmp_path / "split", echo=quiet)["stopped"]
+    monkeypatch.undo()
+    run_search(cfg, tmp_path / "split", resume=True, echo=quiet)
+    same_state(ckpt, load_checkpoint(tmp_path / "split/checkpoints/last.pt"))
+
+
 def test_non_finite_loss_stops_and_keeps_checkpoint(tmp_path, tiny_lut_file):
     out = tmp_path / "run"
     run_search(small_config(tiny_lut_file, **{"search.epochs": 2}), out, stop_after=1,
