@@ -258,18 +258,27 @@ def print_table(rows: list[dict]) -> None:
 
 
 def summary(rows: list[dict]) -> None:
-    """Per recipe: the median gap and percentile, and how many searches beat the control and
-    the near-budget mean and land within 10% under the budget."""
+    """Per recipe: the median, mean and worst gap, the median percentile and the mean true
+    accuracy; how many searches beat the control (and tie it) and the near-budget mean and
+    land within 10% under the budget; how decided theta ended (the target: largest probability
+    0.8, argmax unchanged through the last epoch's final quarter); the minutes a search took."""
     for name in dict.fromkeys(r["recipe"] for r in rows):
         mine = [r for r in rows if r["recipe"] == name]
+        n, gaps = len(mine), [r["gap"] for r in mine]
         beat_c = sum(r["accuracy"] > r["control_accuracy"] for r in mine)
+        tie_c = sum(r["accuracy"] == r["control_accuracy"] for r in mine)
         beat_n = sum(r["accuracy"] > r["near_mean"] for r in mine)
         land = sum(r["found_ms"] >= 0.9 * r["budget_ms"] for r in mine)
-        print(f"{name}: {len(mine)} searches, median gap "
-              f"{statistics.median(r['gap'] for r in mine):.2f} points, median percentile "
-              f"{statistics.median(r['percentile'] for r in mine):.1f}; beat the control "
-              f"{beat_c}/{len(mine)}, the near-budget mean {beat_n}/{len(mine)}; within 10% "
-              f"under the budget {land}/{len(mine)}")
+        decided = sum(r["theta_decided"] >= 0.8 and (r.get("argmax_stable") or 0) >= 0.25
+                      for r in mine)
+        p, minutes = [r["theta_decided"] for r in mine], [r["search_minutes"] for r in mine]
+        print(f"{name}: {n} searches, gap median {statistics.median(gaps):.2f} points, mean "
+              f"{statistics.mean(gaps):.2f}, worst {max(gaps):.2f}; median percentile "
+              f"{statistics.median(r['percentile'] for r in mine):.1f}; mean true top-1 "
+              f"{statistics.mean(r['accuracy'] for r in mine):.2f}%; beat the control "
+              f"{beat_c}/{n} ({tie_c} ties), the near-budget mean {beat_n}/{n}; within 10% "
+              f"under the budget {land}/{n}; max p {min(p):.2f} to {max(p):.2f}, decided "
+              f"{decided}/{n}; {min(minutes):.1f} to {max(minutes):.1f} minutes")
 
 
 def per_layer_fit(truth, keys: list[str]) -> dict[str, float]:

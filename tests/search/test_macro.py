@@ -149,4 +149,4 @@ optim: {{theta: {{lr: 0.1}}}}
     png = tmp_path / "macro.png"
     b.main(["report", *common, "--png", str(png)])
     assert png.stat().st_size > 0
-    assert "1 searches, median gap" in capsys.readouterr().out
+    assert "1 searches, gap median" in capsys.readouterr().out
