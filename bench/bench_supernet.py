@@ -47,15 +47,17 @@ VARIANTS = ("loop", "fast", "loop-cl", "hard", "hard-fast", "hard-tp2", "hard-on
 LABELS = {"loop": "soft, loop (NCHW)", "fast": "soft, fast", "loop-cl": "soft, loop (CL)",
           "hard": "hard, loop (NCHW)", "hard-fast": "hard, fast",
           "hard-tp2": "hard, 2 at transitions", "hard-one": "hard, 1 at transitions"}
+# the Supernet arguments of each variant (loop-cl is converted after building)
+OPTIONS = {"loop": {"impl": "loop"}, "fast": {"impl": "fast"}, "loop-cl": {"impl": "loop"},
+           "hard": {"impl": "loop"}, "hard-fast": {"impl": "fast"},
+           "hard-tp2": {"impl": "fast", "transition_paths": 2},
+           "hard-one": {"impl": "fast", "soft_transitions": False}}
 
 
 def build(space, lut: LUT, variant: str) -> Supernet:
     """A supernet with seed-0 weights for ``variant``."""
     torch.manual_seed(0)
-    fast = "fast" in variant or variant in ("hard-tp2", "hard-one")
-    net = Supernet(space, lut, "latency", impl="fast" if fast else "loop",
-                   transition_paths=2 if variant == "hard-tp2" else 0,
-                   soft_transitions=variant != "hard-one")
+    net = Supernet(space, lut, "latency", **OPTIONS[variant])
     if variant == "loop-cl":
         net = net.to(memory_format=torch.channels_last)
     return net
