@@ -44,6 +44,7 @@ from fbnas.search.checkpoint import load_search_checkpoint
 from fbnas.search.budget import top_in_window
 from fbnas.search.groundtruth import (all_keys, judge, key_of, latency_quantile, load_truth,
                                       ops_of, pareto_front)
+from fbnas.search.oneshot_check import RULES, choose
 from fbnas.search.run import run_search
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -130,19 +131,21 @@ def score_run(args, out: Path, truth, lut, space, lat) -> dict:
     budget_us = ck.budget.us
     floor = cfg.loss.target_floor if args.floor is None else args.floor
     k = cfg.search.rerank if args.rerank is None else args.rerank
+    by = cfg.search.rerank_by if args.rerank_by is None else args.rerank_by
     control_probs = cost_only_theta(cfg, space, lut, theta_steps_taken(raw))
-    if ck.decision is not None and args.floor is None and args.rerank is None:
+    if ck.decision is not None and (args.floor, args.rerank) == (None, None) and (
+            by == cfg.search.rerank_by):
         found = ck.decision  # the search's own one-shot check
         found_scored = [scored_entry(c["ops"], c["val_top1"], c.get("val_ce"))
                         for c in raw["decision"]["candidates"]]
     else:
-        found, found_scored = decide(out, lut, space, ck.probs, budget_us, floor, k)
+        found, found_scored = decide(out, lut, space, ck.probs, budget_us, floor, k, by)
     # the control decides as the search does: its k most probable networks, scored one-shot
     # on the search's weights where k > 1, so that only theta differs
-    control, control_scored = decide(out, lut, space, control_probs, budget_us, floor, k)
+    control, control_scored = decide(out, lut, space, control_probs, budget_us, floor, k, by)
     v, c = (judge(truth, lat, budget_us, key_of(ops)) for ops in (found, control))
     row = {
-        "budget_ms": ck.budget.ms, "floor": floor, "rerank": k if k > 1 else 0,
+        "budget_ms": ck.budget.ms, "floor": floor, "rerank": k if k > 1 else 0, "rerank_by": by,
         "seed": cfg.run.seed, "config": args.config,
         "sets": args.set, "recipe": args.recipe or "default",
         "found": key_of(found), "found_ms": round(lut.predict(found) / 1000, 4),
@@ -165,18 +168,41 @@ def score_run(args, out: Path, truth, lut, space, lat) -> dict:
     return row
 
 
-def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: int
-           ) -> tuple[list[str], list[list]]:
+def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: int,
+           by: str = "top1") -> tuple[list[str], list[list]]:
     """The network a search with theta ``probs`` returns: the most probable within the
-    window, or with ``k`` > 1 the best one-shot (on ``run_dir``'s weights) of the ``k`` most
-    probable, ties to the more probable, as Search.rerank decides; and each checked
-    network's [key, val top-1, val CE]."""
+    window, or with ``k`` > 1 the best by rule ``by`` (search.rerank_by) of the ``k`` most
+    probable scored one-shot on ``run_dir``'s weights, as Search.rerank decides; and each
+    checked network's [key, val top-1, val CE]."""
     options = top_in_window(lut, space, probs, budget_us, floor, max(k, 1))
     if len(options) == 1:
         return options[0], []
     shot = one_shot(run_dir, [key_of(ops) for ops in options])
-    best = max(range(len(options)), key=lambda i: (shot[i]["top1"], -i))
+    best = choose([m["top1"] for m in shot], [lut.raw_sum(ops, "macs") for ops in options], by)
     return options[best], [scored_entry(ops, m["top1"], m["ce"]) for ops, m in zip(options, shot)]
+
+
+def redecided(row: dict, by: str, truth, lut, lat) -> dict | None:
+    """``row`` as its search and control would have decided by rule ``by`` from the networks
+    their one-shot checks recorded (no search rerun); None for rows saved before checks were
+    recorded. A check of one network (the window held no other) decides the same by any rule."""
+    if row.get("rerank_by", "top1") == by or "found_candidates" not in row:
+        return None
+    out = dict(row, recipe=f"{row['recipe']}, re-decided by {by}", rerank_by=by)
+    for who, prefix in (("found", ""), ("control", "control_")):
+        checked = row.get(f"{who}_candidates")
+        if not checked:
+            continue
+        keys = [c[0] for c in checked]
+        key = keys[choose([c[1] for c in checked],
+                          [lut.raw_sum(ops_of(k), "macs") for k in keys], by)]
+        v = judge(truth, lat, row["budget_ms"] * 1000, key)
+        out.update({who: key, f"{who}_ms": round(lat[key] / 1000, 4),
+                    f"{prefix}accuracy": round(v.accuracy, 3),
+                    f"{prefix}percentile": round(v.percentile, 1)})
+        if who == "found":
+            out["gap"] = round(v.gap, 3)
+    return out
 
 
 def scored_entry(ops: list[str], top1: float, ce: float | None) -> list:
@@ -356,11 +382,13 @@ def draw(rows: list[dict], truth, lat: dict[str, float], png: Path) -> None:
 
 def report(args) -> None:
     rows = read_rows(Path(args.results))
+    _, lut, truth, lat = setting(args)
+    if args.rerank_by:  # each recorded check decided again by the other rule, beside it
+        rows += [r for r in (redecided(r, args.rerank_by, truth, lut, lat) for r in rows) if r]
     order = list(dict.fromkeys(r["recipe"] for r in rows))
     rows.sort(key=lambda r: (order.index(r["recipe"]), r["budget_ms"], r["seed"]))
     print_table(rows)
     summary(rows)
-    _, lut, truth, lat = setting(args)
     simple_rules(rows, truth, lut, lat)
     if args.png:
         draw(rows, truth, lat, Path(args.png))
@@ -385,6 +413,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rerank", type=int, default=None,
                     help="decide by the one-shot check of this many networks instead of the "
                          "search's search.rerank (0: the most probable)")
+    ap.add_argument("--rerank-by", choices=RULES, default=None,
+                    help="decide by this search.rerank_by instead of the search's; report: "
+                         "add each recorded check decided again by it")
     ap.add_argument("--floor", type=float, default=None,
                     help="decide with this loss.target_floor instead of the search's")
     ap.add_argument("--truth", default=TRUTH, help="NAS-Bench-Macro folder or file")

@@ -122,6 +122,9 @@ class SearchConfig:
     # budget's window are scored one-shot on the held-out split (BN re-estimated for each) and
     # the best is the found network; 0 or 1: the most probable one (docs/search.md, Rerank)
     rerank: int = 8
+    # what "best" means there: the one-shot top-1 alone, or the sum of its rank and the
+    # rank of the network's MACs among the checked ones (fbnas/search/oneshot_check.py)
+    rerank_by: str = _choices("top1", "top1_and_macs", default="top1")
 
 
 @dataclass
@@ -479,7 +482,7 @@ _RENAMED = {("search", "cost"): {"flops": "macs"}}
 _ADDED = {("loss", "target_on"): "sample", ("retrain", "zero_init_residual"): False,
           ("search", "theta_relaxation"): "gumbel", ("retrain", "clip_grad_norm"): 0.0,
           ("loss", "target_floor"): 0.0, ("retrain", "memory_format"): "contiguous",
-          ("search", "rerank"): 0}
+          ("search", "rerank"): 0, ("search", "rerank_by"): "top1"}
 
 
 def from_saved(values: dict) -> Config:

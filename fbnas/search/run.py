@@ -37,6 +37,7 @@ from fbnas.runs.trainer import Batch, Trainer
 from fbnas.search.checkpoint import check_search_parts
 from fbnas.search.health import search_warnings, skip_count
 from fbnas.search.loss import multiplier_step, paper_loss, target_loss
+from fbnas.search.oneshot_check import choose
 from fbnas.search.pictures import progress_chart, theta_heatmap, write_png
 from fbnas.search.supernet import Supernet, recalibrated_bn
 from fbnas.search.table import copy_table
@@ -283,7 +284,8 @@ class Search(Trainer):
     def rerank(self) -> dict | None:
         """Score the ``search.rerank`` most probable networks within the budget's window
         one-shot (val top-1 on the supernet's weights, BN re-estimated for each) and pick the
-        best; ties go to the more probable. None where there is nothing to compare.
+        best by ``search.rerank_by`` (fbnas/search/oneshot_check.py); ties go to the more
+        probable. None where there is nothing to compare.
 
         Why: theta ends a short search with near-ties, and sometimes with a confident mistake
         (skip in a layer the benchmark says matters most); the weights have seen every
@@ -300,8 +302,10 @@ class Search(Trainer):
         scored = []
         for ops in options:
             figures = self.evaluate(self.val_loader, path=self.net.path_of(ops))
-            scored.append({"ops": ops, "val_top1": figures["top1"], "val_ce": figures["ce"]})
-        best = max(range(len(scored)), key=lambda i: (scored[i]["val_top1"], -i))
+            scored.append({"ops": ops, "val_top1": figures["top1"], "val_ce": figures["ce"],
+                           "macs": self.lut.raw_sum(ops, "macs")})
+        best = choose([s["val_top1"] for s in scored], [s["macs"] for s in scored],
+                      self.cfg.search.rerank_by)
         return {"ops": scored[best]["ops"], "rank": best, "candidates": scored}
 
     def build_model(self) -> Supernet:
@@ -518,7 +522,8 @@ class Search(Trainer):
         if "found_val_top1" in r:
             found += f" val top1 {r['found_val_top1']:.2f}%"
         if "rerank_moved" in r:
-            found += (f" (best one-shot of the {self.cfg.search.rerank} most probable: "
+            by = " and MACs" if self.cfg.search.rerank_by == "top1_and_macs" else ""
+            found += (f" (best one-shot{by} of the {self.cfg.search.rerank} most probable: "
                       f"#{r['rerank_moved'] + 1})")
         return [f"tau {r['temperature']:.3f}", found,
                 f"expected {format_cost(r['cost_expected'], metric)}, max p "

@@ -83,6 +83,39 @@ def test_percentile_oracle_and_near_budget_mean():
     assert len(all_keys(2)) == 9
 
 
+class MacsTable:
+    """A table stand-in: a network's MACs, 10 million per digit sum of its key."""
+
+    def raw_sum(self, ops, metric):
+        assert metric == "macs"
+        return 1e7 * sum(int(c) for c in key_of(ops))
+
+
+def test_report_decides_a_recorded_check_again_by_the_macs_rule():
+    """report --rerank-by: a row's recorded one-shot checks decided again by another rule,
+    judged by lookup, beside the row; rows without recorded checks are left out."""
+    truth, lat = tiny_truth()
+    # MACs (MacsTable): 11 2e7, 12 3e7, 10 1e7, 20 2e7
+    row = {"recipe": "r", "budget_ms": 0.005, "rerank_by": "top1", "found": "11",
+           "found_candidates": [["11", 45.0, 1.0], ["12", 44.9, 1.0], ["10", 44.8, 1.0]],
+           "control": "11", "control_candidates": [["11", 40.0, 1.0], ["20", 39.0, 1.0]]}
+    b = bench()
+    again = b.redecided(row, "top1_and_macs", truth, MacsTable(), lat)
+    assert again["recipe"] == "r, re-decided by top1_and_macs"
+    # rank sums 11: 3 + 2, 12: 2 + 3, 10: 1 + 1; a tie goes to the better top-1
+    assert again["found"] == "11" and again["accuracy"] == 85
+    row["found_candidates"] = [["10", 45.0, 1.0], ["12", 44.9, 1.0], ["11", 44.8, 1.0]]
+    again = b.redecided(row, "top1_and_macs", truth, MacsTable(), lat)
+    # 10: 3 + 1, 12: 2 + 3, 11: 1 + 2: near-equal one-shot scores, the one with more MACs
+    assert again["found"] == "12" and again["accuracy"] == 88
+    assert again["gap"] == pytest.approx(judge(truth, lat, 5.0, "12").gap)
+    # control: 11 and 20 have equal MACs (1.5 each), so its better top-1 stays
+    assert again["control"] == "11" and again["control_accuracy"] == 85
+    assert b.redecided(row, "top1", truth, MacsTable(), lat) is None  # its own rule
+    del row["found_candidates"]
+    assert b.redecided(row, "top1_and_macs", truth, MacsTable(), lat) is None
+
+
 def bench():
     spec = importlib.util.spec_from_file_location("bench_macro", REPO / "bench" / "bench_macro.py")
     mod = importlib.util.module_from_spec(spec)
@@ -130,6 +163,7 @@ optim: {{theta: {{lr: 0.1}}}}
             "--out", str(tmp_path / "runs"), "--rank", "5"])
     row = json.loads(results.read_text())
     assert row["quantile"] == 0.5 and row["seed"] == 0 and len(row["found"]) == 2
+    assert row["rerank_by"] == "top1"  # the search's own rule, recorded with its checks
     assert row["found_ms"] <= row["budget_ms"] and row["control_ms"] <= row["budget_ms"]
     assert row["accuracy"] == truth[row["found"]]
     assert row["gap"] == pytest.approx(row["oracle_accuracy"] - row["accuracy"])

@@ -9,6 +9,8 @@ from fbnas.cli import main
 from fbnas.config import load_config
 from fbnas.errors import FbnasError
 from fbnas.runs.checkpoint import load_checkpoint
+from fbnas.latency.lut import load_lut
+from fbnas.search.oneshot_check import choose
 from fbnas.search.run import run_search
 from tests.conftest import CIFAR_SUBSET
 
@@ -339,9 +341,22 @@ def test_budget_search_ends_with_a_one_shot_check_of_its_most_probable_networks(
     assert "rerank_moved" not in first and last["rerank_moved"] == d["rank"]
     assert last["found_val_top1"] == max(scores)
     assert "best one-shot of the 3 most probable" in (tmp_path / "check/train.log").read_text()
+    lut = load_lut(tiny_lut_file)
+    assert [c["macs"] for c in d["candidates"]] == [lut.raw_sum(c["ops"], "macs")
+                                                    for c in d["candidates"]]
     run_search(small_config(tiny_lut_file, **sets, **{"search.rerank": 0}), tmp_path / "plain",
                echo=quiet)
     assert load_checkpoint(tmp_path / "plain/checkpoints/last.pt")["decision"] is None
+    # search.rerank_by: top1_and_macs keeps the best sum of the two ranks among the same kind
+    # of check, and the epoch line says what it weighed
+    run_search(small_config(tiny_lut_file, **sets, **{"search.rerank": 3,
+                                                     "search.rerank_by": "top1_and_macs"}),
+               tmp_path / "macs", echo=quiet)
+    d = load_checkpoint(tmp_path / "macs/checkpoints/last.pt")["decision"]
+    c = d["candidates"]
+    assert d["rank"] == choose([x["val_top1"] for x in c], [x["macs"] for x in c],
+                               "top1_and_macs")
+    assert "best one-shot and MACs of the 3" in (tmp_path / "macs/train.log").read_text()
 
 
 def test_a_search_on_a_space_file_resumes_from_another_folder(tmp_path, tiny_lut_file,

@@ -1,0 +1,39 @@
+"""The one-shot check's choice among theta's most probable networks (search.rerank_by)."""
+
+import pytest
+
+from fbnas.search.oneshot_check import choose, ranks
+
+
+def test_ranks_count_from_the_smallest_and_share_places_on_ties():
+    assert ranks([3.0, 1.0, 2.0]) == [3.0, 1.0, 2.0]
+    assert ranks([5.0, 5.0, 1.0, 7.0]) == [2.5, 2.5, 1.0, 4.0]
+    assert ranks([]) == []
+
+
+def test_top1_keeps_the_best_one_shot_score_ties_to_the_more_probable():
+    assert choose([40.0, 45.0, 42.0], [1, 1, 9], "top1") == 1
+    assert choose([45.0, 40.0, 45.0], [1, 1, 9], "top1") == 0
+
+
+def test_macs_move_the_choice_between_near_equal_one_shot_scores():
+    # one-shot 45.0 against 44.8: within any val split's noise; the second has far more MACs
+    top1, macs = [45.0, 44.8, 30.0], [10e6, 40e6, 20e6]
+    assert choose(top1, macs, "top1") == 0
+    assert choose(top1, macs, "top1_and_macs") == 1
+
+
+def test_many_macs_cannot_carry_the_worst_one_shot_network():
+    # the most MACs with the worst one-shot score: rank sum 1 + 4, against 4 + 3 for the best
+    top1, macs = [50.0, 48.0, 46.0, 20.0], [30e6, 20e6, 10e6, 90e6]
+    assert choose(top1, macs, "top1_and_macs") == 0
+
+
+def test_equal_rank_sums_go_to_the_better_one_shot_then_the_more_probable():
+    assert choose([40.0, 45.0], [20e6, 10e6], "top1_and_macs") == 1
+    assert choose([45.0, 45.0], [10e6, 10e6], "top1_and_macs") == 0
+
+
+def test_an_unknown_rule_is_refused():
+    with pytest.raises(ValueError, match="rule"):
+        choose([1.0], [1.0], "macs")
