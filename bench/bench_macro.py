@@ -283,11 +283,12 @@ def print_table(rows: list[dict]) -> None:
               f"{r['search_minutes']:.1f} |")
 
 
-def summary(rows: list[dict]) -> None:
+def summary(rows: list[dict], truth) -> None:
     """Per recipe: the median, mean and worst gap, the median percentile and the mean true
     accuracy; how many searches beat the control (and tie it) and the near-budget mean and
     land within 10% under the budget; how decided theta ended (the target: largest probability
-    0.8, argmax unchanged through the last epoch's final quarter); the minutes a search took."""
+    0.8, argmax unchanged through the last epoch's final quarter); the minutes a search took;
+    and the median gap of the best network each one-shot check scored (by lookup)."""
     for name in dict.fromkeys(r["recipe"] for r in rows):
         mine = [r for r in rows if r["recipe"] == name]
         n, gaps = len(mine), [r["gap"] for r in mine]
@@ -298,13 +299,18 @@ def summary(rows: list[dict]) -> None:
         decided = sum(r["theta_decided"] >= 0.8 and (r.get("argmax_stable") or 0) >= 0.25
                       for r in mine)
         p, minutes = [r["theta_decided"] for r in mine], [r["search_minutes"] for r in mine]
+        # how close the best network a check scored came: what a perfect choice would give
+        best = [r["oracle_accuracy"] - max(truth[c[0]] for c in r["found_candidates"])
+                for r in mine if r.get("found_candidates")]
+        checked = (f"; the best checked network's gap median {statistics.median(best):.2f} "
+                   f"({len(best)} checks)" if best else "")
         print(f"{name}: {n} searches, gap median {statistics.median(gaps):.2f} points, mean "
               f"{statistics.mean(gaps):.2f}, worst {max(gaps):.2f}; median percentile "
               f"{statistics.median(r['percentile'] for r in mine):.1f}; mean true top-1 "
               f"{statistics.mean(r['accuracy'] for r in mine):.2f}%; beat the control "
               f"{beat_c}/{n} ({tie_c} ties), the near-budget mean {beat_n}/{n}; within 10% "
               f"under the budget {land}/{n}; max p {min(p):.2f} to {max(p):.2f}, decided "
-              f"{decided}/{n}; {min(minutes):.1f} to {max(minutes):.1f} minutes")
+              f"{decided}/{n}; {min(minutes):.1f} to {max(minutes):.1f} minutes{checked}")
 
 
 def per_layer_fit(truth, keys: list[str]) -> dict[str, float]:
@@ -388,7 +394,7 @@ def report(args) -> None:
     order = list(dict.fromkeys(r["recipe"] for r in rows))
     rows.sort(key=lambda r: (order.index(r["recipe"]), r["budget_ms"], r["seed"]))
     print_table(rows)
-    summary(rows)
+    summary(rows, truth)
     simple_rules(rows, truth, lut, lat)
     if args.png:
         draw(rows, truth, lat, Path(args.png))

@@ -78,6 +78,14 @@ def test_repository_configs_are_the_bundled_ones_on_the_shared_subset():
         assert repo.data.dir == "../shared/data/cifar10-subset"
         assert repo.to_dict() == load_config(name, [f"data.dir={repo.data.dir}"]).to_dict()
     assert load_config(REPO / "configs" / "demo.yaml").data.dir == "../shared/data/cifar10-subset"
+    # the NAS-Bench-Macro recipe: the bench's config beneath, only its search changes on top
+    macro = load_config(REPO / "configs" / "macro.yaml")
+    best = load_config(REPO / "configs" / "macro_reinforce.yaml")
+    assert (best.space, best.lut, best.loss, best.data) == (macro.space, macro.lut, macro.loss,
+                                                            macro.data)
+    assert (best.search.epochs, best.search.theta_estimator, best.search.rerank_by,
+            best.optim.theta.lr, best.optim.theta.beta1) == (8, "reinforce", "top1_and_macs",
+                                                             0.05, macro.optim.theta.beta1)
 
 
 def test_base_is_merged_beneath_and_relative_to_the_file(tmp_path):
