@@ -133,8 +133,8 @@ def score_run(args, out: Path, truth, lut, space, lat) -> dict:
     k = cfg.search.rerank if args.rerank is None else args.rerank
     by = cfg.search.rerank_by if args.rerank_by is None else args.rerank_by
     control_probs = cost_only_theta(cfg, space, lut, theta_steps_taken(raw))
-    if ck.decision is not None and (args.floor, args.rerank) == (None, None) and (
-            by == cfg.search.rerank_by):
+    own_rule = args.floor is None and args.rerank is None and by == cfg.search.rerank_by
+    if ck.decision is not None and own_rule:
         found = ck.decision  # the search's own one-shot check
         found_scored = [scored_entry(c["ops"], c["val_top1"], c.get("val_ce"))
                         for c in raw["decision"]["candidates"]]

@@ -21,23 +21,8 @@ both a poor one-shot score and many MACs cannot win on MACs alone.
 
 from __future__ import annotations
 
+#: the values of ``search.rerank_by``
 RULES = ("top1", "top1_and_macs")
-
-
-def ranks(values: list[float]) -> list[float]:
-    """1 for the smallest value up to len(values) for the largest; equal values share the
-    mean of their places (so ties favour neither network)."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    out = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for m in range(i, j + 1):
-            out[order[m]] = (i + j) / 2 + 1
-        i = j + 1
-    return out
 
 
 def choose(top1: list[float], macs: list[float], rule: str) -> int:
@@ -48,5 +33,7 @@ def choose(top1: list[float], macs: list[float], rule: str) -> int:
     n = range(len(top1))
     if rule == "top1":
         return max(n, key=lambda i: (top1[i], -i))
-    r_top1, r_macs = ranks(top1), ranks(macs)
+    from scipy.stats import rankdata  # ties share the mean of their places; here, not at import
+
+    r_top1, r_macs = rankdata(top1), rankdata(macs)
     return max(n, key=lambda i: (r_top1[i] + r_macs[i], top1[i], -i))

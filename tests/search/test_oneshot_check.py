@@ -2,13 +2,14 @@
 
 import pytest
 
-from fbnas.search.oneshot_check import choose, ranks
+from fbnas.search.oneshot_check import choose
 
 
-def test_ranks_count_from_the_smallest_and_share_places_on_ties():
-    assert ranks([3.0, 1.0, 2.0]) == [3.0, 1.0, 2.0]
-    assert ranks([5.0, 5.0, 1.0, 7.0]) == [2.5, 2.5, 1.0, 4.0]
-    assert ranks([]) == []
+def test_tied_macs_share_their_places_and_leave_the_choice_to_top1():
+    # MACs 5, 5, 1, 7: ranks 2.5, 2.5, 1, 4; top-1 ranks 4, 3, 2, 1: sums 6.5, 5.5, 3, 5
+    assert choose([50.0, 49.0, 48.0, 47.0], [5e6, 5e6, 1e6, 7e6], "top1_and_macs") == 0
+    # swap the MACs of the first two: still tied, so still the better top-1
+    assert choose([49.0, 50.0, 48.0, 47.0], [5e6, 5e6, 1e6, 7e6], "top1_and_macs") == 1
 
 
 def test_top1_keeps_the_best_one_shot_score_ties_to_the_more_probable():

@@ -8,8 +8,8 @@ from click.testing import CliRunner
 from fbnas.cli import main
 from fbnas.config import load_config
 from fbnas.errors import FbnasError
-from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.latency.lut import load_lut
+from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.search.oneshot_check import choose
 from fbnas.search.run import run_search
 from tests.conftest import CIFAR_SUBSET
