@@ -278,8 +278,13 @@ class Search(Trainer):
             return list(self.decision["ops"])
         from fbnas.search.budget import ops_in_window
 
-        probs = [p.double().numpy() for p in self.net.probabilities()]
+        probs = self.probabilities_np()
         return ops_in_window(self.lut, self.space, probs, self.budget.us, self.budget.floor)
+
+    def probabilities_np(self) -> list[np.ndarray]:
+        """softmax(theta) of each layer as float64 numpy arrays (on the host, wherever theta
+        lives), as the budget's window searches take them."""
+        return [p.double().cpu().numpy() for p in self.net.probabilities()]
 
     def rerank(self) -> dict | None:
         """Score the ``search.rerank`` most probable networks within the budget's window
@@ -296,7 +301,7 @@ class Search(Trainer):
             return None
         from fbnas.search.budget import top_in_window
 
-        probs = [p.double().numpy() for p in self.net.probabilities()]
+        probs = self.probabilities_np()
         options = top_in_window(self.lut, self.space, probs, self.budget.us, self.budget.floor,
                                 k)
         scored = []
@@ -431,7 +436,8 @@ class Search(Trainer):
                 ces.append(F.cross_entropy(self.model(x, path=path)[0], y))
                 costs.append(self.net.cost_of([l.candidates[i] for l, i in
                                                zip(self.net.layers, path)]))
-        ce, cost = torch.stack(ces), torch.tensor(costs, dtype=ces[0].dtype)
+        ce = torch.stack(ces)
+        cost = torch.tensor(costs, dtype=ce.dtype, device=ce.device)
         reward_loss, factor = search_loss(self.cfg, self.budget, ce, cost, self.multiplier)
         baseline = self.reward_baseline
         loss = surrogate(log_probability(theta, paths), -reward_loss,
