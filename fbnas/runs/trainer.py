@@ -226,6 +226,7 @@ class Trainer:
         self.global_step = 0
         self.history: list[dict] = []
         self.rng_state = None
+        self.rng_cuda = None
         if ckpt is not None:
             self._restore(ckpt)
         self.stop_requested = False
@@ -312,6 +313,9 @@ class Trainer:
             "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
             "scheduler": self.scheduler.state_dict(),
             "rng_torch": torch.get_rng_state() if self.position else None,
+            # Gumbel noise and dropout on a GPU draw from its own generator
+            "rng_cuda": (torch.cuda.get_rng_state(self.device)
+                         if self.position and self.device.type == "cuda" else None),
             "history": self.history, "world_size": self.info.world_size,
             "train_images": len(self.data.train_labels),
             # mid-epoch: the sums so far, so that the resumed epoch's record covers all of it
@@ -336,6 +340,7 @@ class Trainer:
         self.global_step = int(ckpt.get("global_step", 0))
         self.history = list(ckpt.get("history", []))
         self.rng_state = ckpt.get("rng_torch")
+        self.rng_cuda = ckpt.get("rng_cuda")
         sums = ckpt.get("epoch_stats")
         if self.position and isinstance(sums, dict):
             try:
@@ -537,6 +542,8 @@ class Trainer:
                     epoch = self.epoch
                     if self.position and self.rng_state is not None:
                         torch.set_rng_state(self.rng_state)
+                        if self.rng_cuda is not None and self.device.type == "cuda":
+                            torch.cuda.set_rng_state(self.rng_cuda, self.device)
                     else:
                         torch.manual_seed(_epoch_seed(cfg.run.seed, epoch, self.info.rank))
                     started = time.monotonic()
@@ -549,6 +556,7 @@ class Trainer:
                     record = self._epoch_record(epoch, stats, time.monotonic() - started)
                     self.history.append(record)
                     self.epoch, self.position, self.rng_state = epoch + 1, 0, None
+                    self.rng_cuda = None
                     self.save()
                     barrier(self.info)
                     if self.info.is_main:
