@@ -29,6 +29,12 @@ def pick_device(name: str, info: DistInfo) -> torch.device:
         if not torch.cuda.is_available():
             raise FbnasError("--device cuda was asked for but no CUDA device is available; "
                              "use --device cpu")
+        have = torch.cuda.device_count()
+        if info.local_rank >= have:
+            # each process trains on GPU LOCAL_RANK; NCCL cannot share one GPU between two
+            raise FbnasError(f"process {info.rank} has no GPU of its own: this machine has {have} "
+                             f"CUDA device{'s' if have != 1 else ''} and the run started "
+                             f"{info.world_size} processes; use --nproc {have} or --device cpu")
         return torch.device("cuda", info.local_rank)
     return torch.device("cpu")
 

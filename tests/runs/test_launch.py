@@ -29,10 +29,16 @@ def test_the_device_follows_the_request_and_what_is_there(monkeypatch):
                                          "available; use --device cpu$"):
         pick_device("cuda", DistInfo())
     monkeypatch.setattr(launch_mod.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(launch_mod.torch.cuda, "device_count", lambda: 2)
     # each process of a node takes the GPU of its local rank
     assert pick_device("auto", DistInfo(rank=3, world_size=4, local_rank=1)) == \
         torch.device("cuda", 1)
     assert pick_device("cpu", DistInfo()) == torch.device("cpu")
+    # a third process on a 2-GPU machine has none: NCCL refuses two processes on one GPU
+    with pytest.raises(FbnasError, match="^process 2 has no GPU of its own: this machine has 2 "
+                                         "CUDA devices and the run started 3 processes; use "
+                                         "--nproc 2 or --device cpu$"):
+        pick_device("cuda", DistInfo(rank=2, world_size=3, local_rank=2))
 
 
 def test_a_run_writes_its_files_and_echoes_its_lines(retrain_config, tmp_path):
