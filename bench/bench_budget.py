@@ -36,7 +36,7 @@ from fbnas.search.checkpoint import load_search_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_common import (common_options, fmt_ops, parse, random_matching,  # noqa: E402
-                          retrain_many, search, search_config)
+                          retrain_many, search, search_config, trained_on)
 
 
 def cost_only_theta(cfg, space, lut, theta_steps: int) -> list:
@@ -80,6 +80,8 @@ def theta_steps_taken(raw: dict) -> int:
 
 
 def budget(args) -> None:
+    import torch
+
     from fbnas.latency.measure import measure_latency
     from fbnas.search.budget import ops_in_window
 
@@ -134,6 +136,7 @@ def budget(args) -> None:
                  "target_penalty": cfg.loss.target_penalty,
                  "multiplier_lr": cfg.loss.multiplier_lr},
         "theta_relaxation": cfg.search.theta_relaxation, "floor": budget.floor,
+        "theta_estimator": cfg.search.theta_estimator, "rerank_by": cfg.search.rerank_by,
         "retrain_zero_init": cfg.retrain.zero_init_residual,
         "retrain_clip": cfg.retrain.clip_grad_norm,
         "weights_lr": cfg.optim.weights.lr,
@@ -152,6 +155,7 @@ def budget(args) -> None:
         "random": [{"ops": r, "predicted_ms": round(lut.predict(r) / 1000, 4),
                     "top1": [next(done)]} for r in randoms],
         "retrain_minutes": round((time.monotonic() - t0) / 60, 2),
+        "trained_on": trained_on(cfg), "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d"),
     }
     results = Path(args.results)
@@ -177,11 +181,16 @@ def recipe(row: dict) -> str:
         text += f", theta steps {row['theta_relaxation']}"
     if not row.get("retrain_zero_init", False):
         text += ", unit-init retrains"
+    if row.get("theta_estimator", "relaxed") != "relaxed":
+        text += f", {row['theta_estimator']} theta steps, {row['search_epochs']} search epochs"
+    if row.get("rerank_by", "top1") != "top1":
+        text += f", one-shot check by {row['rerank_by']}"
     if row.get("retrain_clip", 0.0):
         text += f", retrains clipped at {row['retrain_clip']:g}"
     if row.get("floor"):
         text += f", floor {row['floor']:g}"
-    return text + (f", weights lr {lr:g}" if lr != 0.1 else "")
+    text += f", weights lr {lr:g}" if lr != 0.1 else ""
+    return text + (f" (on {row['trained_on']})" if row.get("trained_on", "cpu") != "cpu" else "")
 
 
 def verdict(row: dict) -> dict:
@@ -205,14 +214,18 @@ def print_report(rows: list[dict]) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for row in sorted(rows, key=lambda r: (recipe(r), r["target_ms"])):
         v, fd, ct = verdict(row), row["found"], row["control"]
-        pct = 100 * v["beaten"] / v["randoms"] if v["randoms"] else float("nan")
+        randoms, beaten = "none (0)", "no random networks"  # --randoms 0
+        if v["randoms"]:
+            randoms = f"{v['random_median']:.2f} ({v['randoms']})"
+            beaten = (f"{v['beaten']}/{v['randoms']} random "
+                      f"({100 * v['beaten'] / v['randoms']:.0f}th pct)")
         print(f"| {row['target_ms']:g} | {recipe(row)} | {fd['predicted_ms']:.3f} / "
               f"{fd['measured_ms']:.3f} "
               f"| {fd['ops'].count('skip')}/{len(fd['ops'])} | {v['found']:.2f} +- "
               f"{v['found_sd']:.2f} | {ct['predicted_ms']:.3f} | {v['control']:.2f} +- "
-              f"{v['control_sd']:.2f} | {v['random_median']:.2f} ({v['randoms']}) | control: "
-              f"{'yes' if v['beats_control'] else 'no'}; {v['beaten']}/{v['randoms']} random "
-              f"({pct:.0f}th pct) | {row['supernet_val_top1'][-1]:.2f} | "
+              f"{v['control_sd']:.2f} | {randoms} | control: "
+              f"{'yes' if v['beats_control'] else 'no'}; {beaten} | "
+              f"{row['supernet_val_top1'][-1]:.2f} | "
               f"{row['found_val_top1'][-1]:.2f} |")
 
 
@@ -222,6 +235,7 @@ def draw(rows: list[dict], png: Path) -> None:
     networks as grey points (older rows retrained them differently, so they are not
     comparable with it)."""
     import statistics as st
+    import textwrap
 
     import matplotlib
 
@@ -246,7 +260,7 @@ def draw(rows: list[dict], png: Path) -> None:
         ax.plot([row["found"]["predicted_ms"] for row in mine],
                 [st.mean(row["found"]["top1"]) for row in mine], "o-" if i == 0 else "s--",
                 color=("tab:blue", "tab:cyan", "tab:purple")[i],
-                label=f"found by the search ({name})")
+                label=textwrap.fill(f"found by the search ({name})", 90))
     for ms in sorted({row["target_ms"] for row in rows}):
         ax.axvline(ms, color="tab:blue", alpha=0.15, lw=4)
     ax.set_xlabel("predicted latency (ms; shaded: the budgets)")

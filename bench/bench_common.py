@@ -26,6 +26,17 @@ def log_to(path: Path):
     return echo
 
 
+def trained_on(cfg) -> str:
+    """What a bench's searches and retrains ran on: "cpu", or the GPU's name where
+    ``run.device`` let them take it. Rows keep it, so that a report never sets figures
+    from different devices side by side unlabelled."""
+    import torch
+
+    if cfg.run.device != "cpu" and torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    return "cpu"
+
+
 def search_config(args, sets: list[str]):
     epochs = [f"search.epochs={args.search_epochs}"] if args.search_epochs else []
     return load_config(args.config, [*epochs, f"run.threads={args.threads}", "run.progress=false",
@@ -58,7 +69,7 @@ def random_matching(lut, ops_like: float, n: int, tol: float, seed: int,
     rng = random.Random(seed)
     cands = lut.layer_candidates()
     found: dict[tuple, None] = {}
-    for _ in range(tries):
+    for _ in range(tries if n > 0 else 0):  # --randoms 0: none (not every match)
         q = rng.random()
         ops = tuple("skip" if "skip" in c and rng.random() < q
                     else rng.choice([o for o in c if o != "skip"] or c) for c in cands)

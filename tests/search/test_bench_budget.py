@@ -59,6 +59,14 @@ def test_recipe_names_what_differs_from_the_old_defaults():
                                  "retrains clipped at 2, weights lr 0.05")
     floored = {**clipped, "floor": 0.9}
     assert b.recipe(floored).endswith("retrains clipped at 2, floor 0.9, weights lr 0.05")
+    sampled = {**floored, "theta_estimator": "reinforce", "search_epochs": 8,
+               "rerank_by": "top1_and_macs", "trained_on": "NVIDIA H100 80GB HBM3"}
+    assert b.recipe(sampled) == (
+        "LAT of argmax, multiplier lr 0.2, theta steps softmax, reinforce theta steps, 8 search "
+        "epochs, one-shot check by top1_and_macs, retrains clipped at 2, floor 0.9, weights lr "
+        "0.05 (on NVIDIA H100 80GB HBM3)")
+    assert b.recipe({**floored, "theta_estimator": "relaxed", "rerank_by": "top1",
+                     "trained_on": "cpu"}) == b.recipe(floored)
 
 
 def test_report_prints_every_budget_and_draws(tmp_path, capsys):
@@ -160,3 +168,19 @@ def test_longer_retrains_a_rows_found_network_and_control(tmp_path, capsys):
     args.target_ms = 0.7
     with pytest.raises(SystemExit, match="no row at 0.7 ms: run budget mode first"):
         b.longer(args)
+
+
+def test_random_matching_draws_as_many_networks_as_asked(tiny_lut_data, tmp_path):
+    """--randoms N retrains N networks of the found one's latency; --randoms 0 none (it once
+    drew every match of 200,000 tries)."""
+    from fbnas.arch.space import load_space
+    from fbnas.io import write_json
+    from fbnas.latency.lut import load_lut
+
+    write_json(tmp_path / "tiny.json", tiny_lut_data)
+    lut = load_lut(tmp_path / "tiny.json", load_space("tiny"))
+    middle = lut.predict([c[0] for c in lut.layer_candidates()])
+    drawn = common().random_matching(lut, middle, 3, tol=0.5, seed=0, tries=20_000)
+    assert len(drawn) == 3 and len({tuple(d) for d in drawn}) == 3
+    assert all(abs(lut.predict(d) / middle - 1) <= 0.5 for d in drawn)
+    assert common().random_matching(lut, middle, 0, tol=0.5, seed=0, tries=20_000) == []
