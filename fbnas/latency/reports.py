@@ -94,7 +94,9 @@ def format_entry(entry: dict, lut=None) -> str:
         what = "the most probable architecture"
         if method == "one_shot_rerank":
             rank, of = how.get("rank"), how.get("of")
-            what = (f"the best one-shot (the search's last-epoch check) of the {of} most "
+            best = ("the best by one-shot top-1 and MACs ranks" if how.get("by") ==
+                    "top1_and_macs" else "the best one-shot")
+            what = (f"{best} (the search's last-epoch check) of the {of} most "
                     f"probable architectures, #{rank + 1} of them," if isinstance(rank, int)
                     and isinstance(of, int) else "the search's one-shot pick among the most "
                     "probable architectures")

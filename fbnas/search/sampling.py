@@ -134,6 +134,7 @@ def sample_architectures(ck: SearchCheckpoint, lut, hard: bool, num: int = 1, se
             how = {"method": "one_shot_rerank", "target_ms": round(budget.ms, 9)}
             if ck.decision_rank is not None:
                 how["rank"], how["of"] = ck.decision_rank
+            how["by"] = ck.config.search.rerank_by
         else:
             ops = ops_in_window(lut, ck.space, ck.probs, budget.us, budget.floor)
             how = {"method": "argmax_under_budget", "target_ms": round(budget.ms, 9)}

@@ -452,6 +452,17 @@ def test_sample_hard_returns_the_searchs_one_shot_pick_at_its_budget(tmp_path, s
     entry = read_json(run / "arch.json", "arch")["architectures"]["search_hard"]
     assert [b["op"] for b in entry["blocks"]] == pick
     assert entry["sampling"]["method"] == "one_shot_rerank"
+    assert entry["sampling"]["by"] == "top1"
+    # a check that weighed MACs says so
+    macs_run, _ = budget_run(tmp_path / "macs", space, config={
+        **cfg, "search": {"cost": "latency", "rerank_by": "top1_and_macs"}},
+        decision={"ops": pick, "rank": 1, "candidates": [
+            {"ops": ["k3_e3"] * len(space.layers), "val_top1": 10.0},
+            {"ops": pick, "val_top1": 12.0}]})
+    res = cli("sample", macs_run, "--hard")
+    assert res.exit_code == 0, res.output
+    assert "the best by one-shot top-1 and MACs ranks (the search's last-epoch check) of the 2 " \
+           "most probable architectures, #2 of them" in res.stdout
     res = cli("sample", run, "--hard", "--floor", 0.5, "--name", "other")
     assert res.exit_code == 0, res.output
     other = read_json(run / "arch.json", "arch")["architectures"]["other"]
