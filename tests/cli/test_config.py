@@ -78,14 +78,16 @@ def test_repository_configs_are_the_bundled_ones_on_the_shared_subset():
         assert repo.data.dir == "../shared/data/cifar10-subset"
         assert repo.to_dict() == load_config(name, [f"data.dir={repo.data.dir}"]).to_dict()
     assert load_config(REPO / "configs" / "demo.yaml").data.dir == "../shared/data/cifar10-subset"
-    # the NAS-Bench-Macro recipe: the bench's config beneath, only its search changes on top
+    # the measured recipe: REINFORCE theta steps after every weight step, the one-shot
+    # check by one-shot and MACs ranks; the NAS-Bench-Macro config runs it for 8 epochs
+    demo = load_config(REPO / "configs" / "demo.yaml")
     macro = load_config(REPO / "configs" / "macro.yaml")
-    best = load_config(REPO / "configs" / "macro_reinforce.yaml")
-    assert (best.space, best.lut, best.loss, best.data) == (macro.space, macro.lut, macro.loss,
-                                                            macro.data)
-    assert (best.search.epochs, best.search.theta_estimator, best.search.rerank_by,
-            best.optim.theta.lr, best.optim.theta.beta1) == (8, "reinforce", "top1_and_macs",
-                                                             0.05, macro.optim.theta.beta1)
+    for cfg in (demo, macro):
+        assert (cfg.search.theta_estimator, cfg.search.alternation, cfg.search.rerank_by,
+                cfg.optim.theta.lr, cfg.search.mode) == ("reinforce", "step", "top1_and_macs",
+                                                         0.05, "hard")
+    assert (macro.space, macro.search.epochs, macro.warmup_epochs) == ("nasbench_macro", 8, 2)
+    assert (macro.loss, macro.data) == (demo.loss, demo.data)
 
 
 def test_base_is_merged_beneath_and_relative_to_the_file(tmp_path):
