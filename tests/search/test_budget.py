@@ -441,10 +441,9 @@ def test_sample_hard_returns_the_searchs_one_shot_pick_at_its_budget(tmp_path, s
     pick = ["k3_e1"] + ["k3_e3"] * (len(space.layers) - 1)
     cfg = {"loss": {"form": "target", "target_ms": loose, "target_floor": 0.0},
            "search": {"cost": "latency"}}
-    run, _ = budget_run(tmp_path, space, config=cfg,
-                        decision={"ops": pick, "rank": 1, "candidates": [
-                            {"ops": ["k3_e3"] * len(space.layers), "val_top1": 10.0},
-                            {"ops": pick, "val_top1": 12.0}]})
+    decision = {"ops": pick, "rank": 1, "candidates": [
+        {"ops": ["k3_e3"] * len(space.layers), "val_top1": 10.0}, {"ops": pick, "val_top1": 12.0}]}
+    run, _ = budget_run(tmp_path, space, config=cfg, decision=decision)
     res = cli("sample", run, "--hard")
     assert res.exit_code == 0, res.output
     assert "the best one-shot (the search's last-epoch check) of the 2 most probable " \
@@ -455,10 +454,7 @@ def test_sample_hard_returns_the_searchs_one_shot_pick_at_its_budget(tmp_path, s
     assert entry["sampling"]["by"] == "top1"
     # a check that weighed MACs says so
     macs_run, _ = budget_run(tmp_path / "macs", space, config={
-        **cfg, "search": {"cost": "latency", "rerank_by": "top1_and_macs"}},
-        decision={"ops": pick, "rank": 1, "candidates": [
-            {"ops": ["k3_e3"] * len(space.layers), "val_top1": 10.0},
-            {"ops": pick, "val_top1": 12.0}]})
+        **cfg, "search": {"cost": "latency", "rerank_by": "top1_and_macs"}}, decision=decision)
     res = cli("sample", macs_run, "--hard")
     assert res.exit_code == 0, res.output
     assert "the best by one-shot top-1 and MACs ranks (the search's last-epoch check) of the 2 " \
