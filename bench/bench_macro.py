@@ -147,7 +147,7 @@ def score_run(args, out: Path, truth, lut, space, lat) -> dict:
     row = {
         "budget_ms": ck.budget.ms, "floor": floor, "rerank": k if k > 1 else 0, "rerank_by": by,
         "seed": cfg.run.seed, "config": args.config,
-        "sets": args.set, "recipe": args.recipe or "default",
+        "sets": args.set, "recipe": args.recipe or recipe_of(cfg),
         "found": key_of(found), "found_ms": round(lut.predict(found) / 1000, 4),
         "accuracy": round(v.accuracy, 3), "percentile": round(v.percentile, 1),
         "oracle": v.oracle, "oracle_accuracy": round(v.oracle_accuracy, 3),
@@ -166,6 +166,14 @@ def score_run(args, out: Path, truth, lut, space, lat) -> dict:
     if args.rank:
         row["rank"] = rank_correlations(args, out, truth, lut, budget_us, lat)
     return row
+
+
+def recipe_of(cfg) -> str:
+    """A row's recipe where --recipe names none: what decides the search, read from its own
+    config, so that rows of two settings never share a name when a config file changes
+    (rows written before this say "default": 5 epochs, relaxed theta steps)."""
+    s = cfg.search
+    return f"{s.epochs} epochs, {s.theta_estimator} theta steps, check by {s.rerank_by}"
 
 
 def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: int,
@@ -406,7 +414,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("runs", nargs="*", help="score: finished search run directories")
     ap.add_argument("--config", default="configs/macro.yaml")
     ap.add_argument("--set", action="append", default=[], help="extra config key=value")
-    ap.add_argument("--recipe", default=None, help="a name for the settings --set makes")
+    ap.add_argument("--recipe", default=None, help="a name for the settings --set makes "
+                    "(default: epochs, theta estimator and check rule, from the config)")
     ap.add_argument("--quantiles", type=float, nargs="+", default=[0.2, 0.4, 0.6, 0.8])
     ap.add_argument("--target-ms", type=float, nargs="+", default=None,
                     help="budgets in ms, instead of --quantiles")

@@ -164,6 +164,7 @@ optim: {{theta: {{lr: 0.1}}}}
     row = json.loads(results.read_text())
     assert row["quantile"] == 0.5 and row["seed"] == 0 and len(row["found"]) == 2
     assert row["rerank_by"] == "top1"  # the search's own rule, recorded with its checks
+    assert row["recipe"] == "2 epochs, relaxed theta steps, check by top1"  # no --recipe
     assert row["found_ms"] <= row["budget_ms"] and row["control_ms"] <= row["budget_ms"]
     assert row["accuracy"] == truth[row["found"]]
     assert row["gap"] == pytest.approx(row["oracle_accuracy"] - row["accuracy"])
