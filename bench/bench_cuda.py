@@ -55,6 +55,16 @@ def said(p: subprocess.CompletedProcess) -> str:
     return lines[-1][:200] if lines else f"exit {p.returncode}, no output"
 
 
+def tiny_config(args, *extra: str):
+    """The tiny space on a small cut of the data, on --device, as the in-process checks run
+    it (SMALL is the same cut for the command-line ones)."""
+    from fbnas.config import load_config
+
+    return load_config("tiny", [f"data.dir={args.data_dir}", "data.limit=600",
+                                "data.batch_size=32", "run.progress=false",
+                                f"run.device={args.device}", *extra])
+
+
 def check_device(args, out: Path) -> tuple[bool, str]:
     p = fbnas(["train", "--config", "tiny", "--data-dir", args.data_dir, "--out", str(out / "device"),
                "--device", args.device, "--force", *SMALL])
@@ -91,11 +101,8 @@ def check_budget(args, out: Path) -> tuple[bool, str]:
     for name, extra in (("relaxed", []), ("reinforce", [
             "search.theta_estimator=reinforce", "search.alternation=step",
             "search.rerank_by=top1_and_macs"])):
-        cfg = load_config("tiny", [f"data.dir={args.data_dir}", "data.limit=600",
-                                   "data.batch_size=32", "search.epochs=2",
-                                   "search.warmup_epochs=0", f"run.device={args.device}",
-                                   "run.progress=false", "loss.form=target",
-                                   f"loss.target_ms={target}", *extra])
+        cfg = tiny_config(args, "search.epochs=2", "search.warmup_epochs=0", "loss.form=target",
+                          f"loss.target_ms={target}", *extra)
         result = run_search(cfg, out / f"budget-{name}", force=True, echo=lambda m: None)
         s = fbnas(["sample", str(out / f"budget-{name}"), "--hard", "--force"])
         if s.returncode:
@@ -146,11 +153,7 @@ def largest_difference(a: dict, b: dict) -> float:
 
 
 def check_resume(args, out: Path) -> tuple[bool, str]:
-    from fbnas.config import load_config
-
-    cfg = load_config("tiny", [f"data.dir={args.data_dir}", "data.limit=600", "data.batch_size=32",
-                               "search.epochs=1", "search.warmup_epochs=0",
-                               f"run.device={args.device}", "run.progress=false"])
+    cfg = tiny_config(args, "search.epochs=1", "search.warmup_epochs=0")
     a = search_once(cfg, out / "straight-a")
     b = search_once(cfg, out / "straight-b")
     split = search_once(cfg, out / "split", stop_at=args.stop_at)
@@ -196,6 +199,13 @@ def main() -> None:
               ("resume", check_resume)]
     if args.device == "cuda":
         checks.append(("nproc", check_nproc))
+    if args.deterministic:  # last: it stays on for the rest of the process
+
+        def check_deterministic(args, out: Path) -> tuple[bool, str]:
+            torch.use_deterministic_algorithms(True)
+            return check_resume(args, out / "deterministic")
+
+        checks.append(("resume, deterministic algorithms", check_deterministic))
     rows = []
     for name, check in checks:
         start = time.monotonic()
@@ -207,17 +217,6 @@ def main() -> None:
                      "seen": seen})
         print(f"{name:10s} {'ok' if ok else 'FAILED':6s} {rows[-1]['seconds']:6.1f} s  {seen}",
               flush=True)
-    if args.deterministic:
-        torch.use_deterministic_algorithms(True)
-        start = time.monotonic()
-        try:
-            ok, seen = check_resume(args, out / "deterministic")
-        except Exception as e:
-            ok, seen = False, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"
-        rows.append({"check": "resume, deterministic algorithms", "ok": ok,
-                     "seconds": round(time.monotonic() - start, 1), "seen": seen})
-        print(f"{'resume, deterministic':10s} {'ok' if ok else 'FAILED':6s} "
-              f"{rows[-1]['seconds']:6.1f} s  {seen}", flush=True)
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else None
     row = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "torch": torch.__version__,
            "device": args.device, "gpu": gpu, "gpus": torch.cuda.device_count(), "checks": rows}
