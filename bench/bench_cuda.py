@@ -162,6 +162,12 @@ def check_resume(args, out: Path) -> tuple[bool, str]:
     return (resumed == 0.0 if noise == 0.0 else resumed <= 10 * noise), seen
 
 
+
+def check_deterministic(args, out: Path) -> tuple[bool, str]:
+    """check_resume under torch.use_deterministic_algorithms, which stays on afterwards."""
+    torch.use_deterministic_algorithms(True)
+    return check_resume(args, out / "deterministic")
+
 def check_nproc(args, out: Path) -> tuple[bool, str]:
     have = torch.cuda.device_count()
     base = ["train", "--config", "tiny", "--data-dir", args.data_dir, "--device", "cuda",
@@ -200,11 +206,6 @@ def main() -> None:
     if args.device == "cuda":
         checks.append(("nproc", check_nproc))
     if args.deterministic:  # last: it stays on for the rest of the process
-
-        def check_deterministic(args, out: Path) -> tuple[bool, str]:
-            torch.use_deterministic_algorithms(True)
-            return check_resume(args, out / "deterministic")
-
         checks.append(("resume, deterministic algorithms", check_deterministic))
     rows = []
     for name, check in checks:
