@@ -117,6 +117,11 @@ class SearchConfig:
     # network keeps training whatever theta prefers (single-path one-shot, SPOS and FairNAS)
     weight_sampling: str = _choices("theta", "uniform", default="theta")
     theta_paths: int = 1
+    # what a REINFORCE reward is compared with: "moving_average" of past steps' rewards
+    # (TuNAS), or "leave_one_out", the mean reward of the step's other theta_paths networks on
+    # the same batch, so that how hard the batch is cancels out (needs theta_paths >= 2)
+    reinforce_baseline: str = _choices("moving_average", "leave_one_out",
+                                       default="moving_average")
     reinforce_momentum: float = 0.9
     # under a budget, after the last epoch: the rerank most probable networks within the
     # budget's window are scored one-shot on the held-out split (BN re-estimated for each) and
@@ -408,6 +413,10 @@ def validate(cfg: Config) -> Config:
     need(s.accumulate >= 1, "config key search.accumulate must be at least 1")
     need(1 <= s.theta_paths <= 64, "config key search.theta_paths must be from 1 to 64 (the "
                                    "networks a REINFORCE theta step runs)")
+    need(s.reinforce_baseline != "leave_one_out" or s.theta_paths >= 2,
+         "config key search.reinforce_baseline=leave_one_out compares each network with the "
+         "step's others, so it needs search.theta_paths of at least 2: add --set "
+         "search.theta_paths=2")
     need(s.transition_paths == 0 or 2 <= s.transition_paths <= 64,
          "config key search.transition_paths must be 0 (mix every candidate of a transition "
          f"layer) or from 2 to 64, got {s.transition_paths}; one path there is "

@@ -13,6 +13,14 @@ The reward is minus the search loss of the sampled network (fbnas/search/loss.py
 cross-entropy plus the budget's penalty on its latency, or the paper's CE * alpha *
 (log LAT)^beta. The baseline is an exponential moving average of the rewards (momentum
 ``search.reinforce_momentum``); it is part of the checkpoint, so a resume continues exactly.
+
+A moving average compares each network with earlier steps' networks on other batches, so
+the advantage carries how hard this batch happens to be, which on a 64-image batch can
+outweigh the difference between two networks. With ``search.theta_paths`` of at least 2 on
+the same batch, ``search.reinforce_baseline: leave_one_out`` compares each network with the
+mean of the others instead (Kool et al., 2019): the batch's difficulty cancels, and with two
+paths the step is a pairwise comparison, the better network's log-probability raised by
+exactly what the worse one's is lowered.
 """
 
 from __future__ import annotations
@@ -32,10 +40,20 @@ def log_probability(theta: list[torch.Tensor], paths: torch.Tensor) -> torch.Ten
     return sum(F.log_softmax(t, dim=-1)[paths[:, i]] for i, t in enumerate(theta))
 
 
-def surrogate(logp: torch.Tensor, reward: torch.Tensor, baseline: float) -> torch.Tensor:
+def surrogate(logp: torch.Tensor, reward: torch.Tensor,
+              baseline: float | torch.Tensor) -> torch.Tensor:
     """The loss whose gradient is the REINFORCE estimate: -(reward - baseline) * grad log p,
-    averaged over the sampled paths."""
+    averaged over the sampled paths (``baseline``: one number, or one per path)."""
     return -((reward.detach() - baseline) * logp).mean()
+
+
+def leave_one_out(reward: torch.Tensor) -> torch.Tensor:
+    """Each path's baseline: the mean reward of the other paths of the same step."""
+    reward = reward.detach()
+    n = reward.numel()
+    if n < 2:
+        raise ValueError("a leave-one-out baseline needs at least 2 paths")
+    return (reward.sum() - reward) / (n - 1)
 
 
 def next_baseline(baseline: float | None, reward: torch.Tensor, momentum: float) -> float:

@@ -425,7 +425,8 @@ class Search(Trainer):
     def reinforce_loss(self, x: torch.Tensor, y: torch.Tensor):
         """A theta step on ``search.theta_paths`` networks drawn from softmax(theta), each run
         alone without gradients; the reward is minus its search loss."""
-        from fbnas.search.reinforce import log_probability, next_baseline, sample_paths, surrogate
+        from fbnas.search.reinforce import (leave_one_out, log_probability, next_baseline,
+                                            sample_paths, surrogate)
 
         self._weights_need_grad(False)
         theta = self.net.theta_parameters()
@@ -440,8 +441,11 @@ class Search(Trainer):
         cost = torch.tensor(costs, dtype=ce.dtype, device=ce.device)
         reward_loss, factor = search_loss(self.cfg, self.budget, ce, cost, self.multiplier)
         baseline = self.reward_baseline
-        loss = surrogate(log_probability(theta, paths), -reward_loss,
-                         float(-reward_loss.mean()) if baseline is None else baseline)
+        if self.cfg.search.reinforce_baseline == "leave_one_out":
+            against = leave_one_out(-reward_loss)
+        else:
+            against = float(-reward_loss.mean()) if baseline is None else baseline
+        loss = surrogate(log_probability(theta, paths), -reward_loss, against)
         self.reward_baseline = next_baseline(baseline, -reward_loss,
                                              self.cfg.search.reinforce_momentum)
         # the value printed is the sampled networks' search loss; the gradient the surrogate's

@@ -36,6 +36,7 @@ def test_file_then_overrides(tmp_path):
     ("search.theta_paths=0", "search.theta_paths must be from 1 to 64"),
     ("search.transition_paths=1", "search.transition_paths must be 0 .* or from 2 to 64"),
     ("search.reinforce_momentum=1", r"search.reinforce_momentum must be in \[0, 1\)"),
+    ("search.reinforce_baseline=leave_one_out", "needs search.theta_paths of at least 2"),
     ("search.theta_estimator=policy", "search.theta_estimator must be one of relaxed, reinforce"),
     ("search.weight_sampling=all", "search.weight_sampling must be one of theta, uniform"),
 ])

@@ -123,16 +123,19 @@ def test_budget_multiplier_moves_with_the_error_and_resumes_exactly(
                load_checkpoint(tmp_path / "split/checkpoints/last.pt"))
 
 
+@pytest.mark.parametrize("baseline", ["moving_average", "leave_one_out"])
 def test_reinforce_theta_steps_with_uniform_paths_train_theta_and_resume_exactly(
-        tmp_path, tiny_lut_file, tiny_lut_data, monkeypatch, ctrl_c_after):
+        tmp_path, tiny_lut_file, tiny_lut_data, monkeypatch, ctrl_c_after, baseline):
     """search.theta_estimator=reinforce moves theta from sampled networks' rewards against a
-    moving-average baseline, with weight steps on uniformly drawn networks; the baseline is
-    checkpointed, so a Ctrl-C after a theta step resumes to the same theta and weights, and
-    every theta epoch records how long its argmax held."""
+    moving-average baseline or each other (leave one out), with weight steps on uniformly
+    drawn networks; the moving average is checkpointed, so a Ctrl-C after a theta step
+    resumes to the same theta and weights, and every theta epoch records how long its argmax
+    held."""
     budget = round(1.5 * _fastest_ms(tiny_lut_data), 6)
     cfg = small_config(tiny_lut_file, **{
         "loss.form": "target", "loss.target_ms": budget, "search.mode": "hard",
         "search.theta_estimator": "reinforce", "search.theta_paths": 2,
+        "search.reinforce_baseline": baseline,
         "search.weight_sampling": "uniform", "optim.theta.lr": 0.1})
     full = run_search(cfg, tmp_path / "full", echo=quiet)
     ckpt = load_checkpoint(tmp_path / "full/checkpoints/last.pt")
