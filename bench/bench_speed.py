@@ -8,7 +8,9 @@ that load from other processes hits every path alike; medians after a warm-up:
   fbnet_c      FBNet-C (fbnet_imagenet), 224 px, batch 16
 
 Paths: ``nchw`` (fp32, the default memory format: how retrains ran before
-``retrain.memory_format``), ``channels_last`` (fp32, today's default), ``nchw-bf16`` and
+``retrain.memory_format``), ``channels_last`` (fp32, how retrains ran before
+``retrain.fold_bn``), ``channels_last-folded`` (fp32, each block's expansion BN folded into
+its 1x1 conv: today's default on a CPU), ``nchw-bf16`` and
 ``channels_last-bf16`` (``run.precision: bf16``; only where the CPU has native bfloat16, or
 with --bf16), and with --compile ``compiled``
 (channels_last, fp32, torch.compile; its compile time is printed apart). The floor is the
@@ -46,7 +48,7 @@ from fbnas.latency.measure import measure_latency
 from fbnas.latency.timing import cpu_model, set_threads
 from fbnas.machine import native_bf16
 
-PATHS = ("nchw", "channels_last", "nchw-bf16", "channels_last-bf16")
+PATHS = ("nchw", "channels_last", "channels_last-folded", "nchw-bf16", "channels_last-bf16")
 
 
 def networks(args) -> dict[str, tuple[dict, int]]:
@@ -77,6 +79,8 @@ class Step:
         self.bf16 = path.endswith("bf16")
         if self.cl:
             self.net.to(memory_format=torch.channels_last)
+        if path.endswith("folded"):
+            self.net.fold_batch_norm()
         self.model = torch.compile(self.net) if path == "compiled" else self.net
         self.opt = torch.optim.SGD(self.net.parameters(), lr=0.01, momentum=0.9,
                                    weight_decay=1e-4)

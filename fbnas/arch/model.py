@@ -111,6 +111,16 @@ class Network(nn.Module):
             if init is not None:
                 init()
 
+    def fold_batch_norm(self, on: bool = True) -> int:
+        """Have training steps fold each block's expansion BN into its 1x1 conv
+        (fbnas/arch/folded_bn.py): the same function up to float rounding, one BN pass
+        fewer over the block's widest tensor; evaluation, export and saved weights are
+        unchanged. Returns the number of blocks that fold."""
+        blocks = [m for m in self.modules() if hasattr(m, "fold_bn")]
+        for m in blocks:
+            m.fold_bn = on
+        return len(blocks)
+
     def input_shape(self, batch: int = 1) -> tuple[int, int, int, int]:
         i = self.definition["input"]
         return (batch, i["channels"], i["resolution"], i["resolution"])

@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from fbnas.arch.folded_bn import InputStats, folded_conv_bn
 from fbnas.arch.limits import MAX_CHANNELS, MAX_KERNEL, check_weights
 from fbnas.errors import FbnasError
 
@@ -209,6 +211,10 @@ class InvertedResidual(nn.Module):
         layers.append(conv_bn(mid, c_out, 1, groups=groups, relu=False))
         self.body = nn.Sequential(*layers)
         self.residual = stride == 1 and c_in == c_out
+        # training steps compute the expansion BN's statistics from the input's instead of
+        # reading the wide output again (fbnas/arch/folded_bn.py); set by
+        # Network.fold_batch_norm, not saved: the parameters and outputs are the same
+        self.fold_bn = False
 
     def zero_init_residual(self) -> None:
         """Zero the last BN scale, so a residual block starts as the identity."""
@@ -216,7 +222,13 @@ class InvertedResidual(nn.Module):
             nn.init.zeros_(self.body[-1][1].weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.body(x)
+        if self.fold_bn and self.training:
+            expand, *rest = self.body
+            y = F.relu_(folded_conv_bn(x, InputStats(x), expand[0], expand[1]))
+            for module in rest:
+                y = module(y)
+        else:
+            y = self.body(x)
         return x + y if self.residual else y
 
 

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fbnas.arch.ops import ChannelShuffle, OpSpec, build_op, check_op_fits, parse_op
-from fbnas.search.fused import bn_factor
+from fbnas.arch.folded_bn import bn_factor
 
 #: the op family whose candidates share weights
 FAMILY = "inverted_residual"

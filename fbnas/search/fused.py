@@ -8,11 +8,9 @@ per-candidate loop in :class:`fbnas.search.supernet.MixedOp`, with the same para
 (equal up to float rounding), while skipping passes:
 
 - A BN after a 1x1 conv of the layer input x (every candidate's expansion, a projecting
-  ``skip``) is folded into the conv. Its batch statistics are linear in x's: mean W mu and
-  variance diag(W S W^T), with mu and S the channel mean and covariance of x, computed once
-  per layer from the small input instead of from each wide output. The conv then runs with
-  weight ``W * scale`` and a bias, so the wide output is written once and never re-read for
-  normalisation, forwards or backwards. Running statistics are updated as BN would.
+  ``skip``) is folded into the conv (:mod:`fbnas.arch.folded_bn`): its batch statistics come
+  from x's channel mean and covariance, computed once per layer and shared by every
+  candidate, so each wide output is written once and never re-read for normalisation.
 - Each candidate's weight w_i scales the affine parameters of its last BN (w_i * BN(p) is BN
   with w_i * gamma and w_i * beta), so the outputs are summed in place without a scaling pass.
 - The identity residuals and an identity ``skip`` are one ``(sum of their w_i) * x`` term.
@@ -37,15 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fbnas.arch.folded_bn import InputStats, bn_factor, folded_conv_bn, pointwise_input
 from fbnas.arch.ops import InvertedResidual, Skip, parse_op
-
-
-def bn_factor(bn: nn.BatchNorm2d) -> float:
-    """Count one more batch and return the running-average factor, as _BatchNorm.forward."""
-    bn.num_batches_tracked.add_(1)
-    if bn.momentum is None:
-        return 1.0 / float(bn.num_batches_tracked)
-    return bn.momentum
 
 
 def scaled_batch_norm(x: torch.Tensor, bn: nn.BatchNorm2d, scale: torch.Tensor) -> torch.Tensor:
@@ -53,45 +44,6 @@ def scaled_batch_norm(x: torch.Tensor, bn: nn.BatchNorm2d, scale: torch.Tensor) 
     factor = bn_factor(bn) if bn.training else 0.0
     return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight * scale,
                         bn.bias * scale, bn.training, factor, bn.eps)
-
-
-class InputStats:
-    """Channel mean and (biased) covariance of a layer input, computed on first use.
-
-    A strided 1x1 conv sees only every ``stride``-th pixel, so statistics are kept per stride.
-    """
-
-    def __init__(self, x: torch.Tensor):
-        self.x = x
-        self._stats: dict[tuple[int, int], tuple] = {}
-
-    def get(self, stride: tuple[int, int] = (1, 1)) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """(mean, covariance, number of pixels) of the input sampled at ``stride``."""
-        if stride not in self._stats:
-            x = self.x[:, :, ::stride[0], ::stride[1]]
-            rows = x.permute(0, 2, 3, 1).reshape(-1, x.shape[1])
-            n = rows.shape[0]
-            if n < 2:
-                raise ValueError("Expected more than 1 value per channel when training, got "
-                                 f"input size {tuple(x.shape)}")
-            mean = rows.mean(dim=0)
-            centred = rows - mean
-            self._stats[stride] = (mean, centred.t().mm(centred) / n, n)
-        return self._stats[stride]
-
-
-def pointwise_input(x: torch.Tensor, stride: tuple[int, int]) -> torch.Tensor:
-    """The input a strided 1x1 conv reads, so that it can run at stride 1.
-
-    A 1x1 conv without padding at stride s is the same conv at stride 1 of every s-th pixel,
-    to the last bit. The fast supernet always takes that form: oneDNN's weight gradient of a
-    strided 1x1 conv on channels_last input with few input channels (fewer than 16, torch
-    2.14 on x86) writes out of bounds, which killed a search with SIGSEGV at 112x112 and
-    corrupted the heap at 64x64 (the loop supernet, in NCHW, is not affected).
-    """
-    if stride == (1, 1):
-        return x
-    return x[:, :, ::stride[0], ::stride[1]]
 
 
 class PointwiseConv(nn.Conv2d):
@@ -115,44 +67,6 @@ def route_around_strided_pointwise(module: nn.Module) -> int:
             m.__class__ = PointwiseConv
             changed += 1
     return changed
-
-
-def _dense(weight: torch.Tensor, groups: int) -> torch.Tensor:
-    """A (grouped) 1x1 conv weight as the dense out x in matrix it multiplies by."""
-    w = weight.flatten(1)
-    if groups == 1:
-        return w
-    return torch.block_diag(*w.chunk(groups, dim=0))
-
-
-def folded_conv_bn(x: torch.Tensor, stats: InputStats, conv: nn.Conv2d, bn: nn.BatchNorm2d,
-                   scale: torch.Tensor | None = None) -> torch.Tensor:
-    """``scale * bn(conv(x))`` for a 1x1 conv, with BN folded into the conv.
-
-    In training mode the batch statistics of conv(x) come from x's mean and covariance
-    (exact for a linear map: E[Wx] = W mu, Var[Wx] = diag(W S W^T)), and the BN's running
-    statistics and batch counter are updated as BN itself would update them.
-    """
-    if bn.training:
-        mean_x, cov_x, n = stats.get(tuple(conv.stride))
-        dense = _dense(conv.weight, conv.groups)
-        mean = dense.mv(mean_x)
-        var = (dense.mm(cov_x) * dense).sum(dim=1)
-        factor = bn_factor(bn)
-        with torch.no_grad():
-            bn.running_mean.mul_(1 - factor).add_(mean.detach(), alpha=factor)
-            bn.running_var.mul_(1 - factor).add_(var.detach() * (n / (n - 1)), alpha=factor)
-    else:
-        mean, var = bn.running_mean, bn.running_var
-    gain = bn.weight * torch.rsqrt(var + bn.eps)
-    bias = bn.bias - mean * gain
-    if scale is not None:
-        gain, bias = gain * scale, bias * scale
-    weight = conv.weight * gain.view(-1, 1, 1, 1)
-    if conv.padding != (0, 0):
-        raise TypeError("the fused forward folds BN into 1x1 convs without padding only")
-    return F.conv2d(pointwise_input(x, tuple(conv.stride)), weight, bias, 1, 0, conv.dilation,
-                    conv.groups)
 
 
 class FusedPlan:

@@ -159,6 +159,21 @@ def test_retrain_memory_format_changes_rounding_only(tmp_path):
     assert abs(a["weights_ce"] - b["weights_ce"]) < 1e-4
 
 
+def test_retrain_fold_bn_changes_rounding_only(tmp_path):
+    """retrain.fold_bn (the default on a CPU) trains the same network as torch's BN up to
+    float rounding: the same weights and running statistics under the same keys."""
+    folded = _retrain_tiny(tmp_path, "folded")
+    plain = _retrain_tiny(tmp_path, "plain", "retrain.fold_bn=false")
+    assert folded["config"]["retrain"]["fold_bn"] is True
+    assert folded["model"].keys() == plain["model"].keys()
+    assert any(not torch.equal(v, plain["model"][k]) for k, v in folded["model"].items())
+    for k in folded["model"]:
+        assert torch.allclose(folded["model"][k].float(), plain["model"][k].float(),
+                              rtol=1e-3, atol=1e-4), k
+    a, b = folded["history"][-1], plain["history"][-1]
+    assert abs(a["weights_ce"] - b["weights_ce"]) < 1e-4
+
+
 def test_retrain_in_bf16_trains_like_fp32(tmp_path):
     """run.precision: bf16 autocasts the training forward: other rounding, the same course
     (mean training CE of the epoch within 0.05 of fp32's), fp32 weights saved."""

@@ -1,0 +1,67 @@
+"""A fixed network's blocks folding their expansion BN into the 1x1 conv while training
+(fbnas/arch/folded_bn.py): the same function, gradients and running statistics."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fbnas.arch.model import Network
+from fbnas.arch.space import load_space
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_folded_training_step_matches_batch_norm(memory_format):
+    torch.manual_seed(0)
+    # every candidate kind of the tiny space: plain, grouped (with a shuffle), k5, skip
+    ops = ["k3_e3", "k3_e1_g2", "k5_e1", "skip"]
+    plain = Network(load_space("tiny").definition(ops, name="t"))
+    for p in plain.parameters():  # away from the initial unit scales and zero shifts
+        p.data.add_(0.1 * torch.randn_like(p))
+    folded = copy.deepcopy(plain)
+    assert folded.fold_batch_norm() == 3  # the three blocks; skip has no expansion
+    x = torch.randn(16, 3, 32, 32).contiguous(memory_format=memory_format)
+    y = torch.randint(10, (16,))
+    calls = []
+    folded.blocks[0].body[0][1].register_forward_hook(lambda *a: calls.append(1))
+    for net in (plain, folded):
+        net.to(memory_format=memory_format).train()
+        F.cross_entropy(net(x), y).backward()
+    assert not calls  # the expansion BN module never ran: its statistics came from x
+    with torch.no_grad():
+        assert torch.allclose(plain(x), folded(x), rtol=1e-4, atol=1e-4)
+    for (name, a), b in zip(plain.named_parameters(), folded.parameters()):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-3, atol=1e-5), name
+    for (name, a), b in zip(plain.named_buffers(), folded.buffers()):
+        assert torch.allclose(a.float(), b.float(), rtol=1e-4, atol=1e-6), name
+    # evaluation is BN with the running statistics, whichever way they were gathered
+    plain.eval(), folded.eval()
+    with torch.no_grad():
+        assert torch.allclose(plain(x), folded(x), rtol=1e-4, atol=1e-5)
+    assert calls
+
+
+def test_fold_can_be_turned_off_and_saves_nothing():
+    net = Network(load_space("tiny").definition(["k3_e3"] * 4, name="t"))
+    keys = set(net.state_dict())
+    net.fold_batch_norm()
+    assert set(net.state_dict()) == keys
+    net.fold_batch_norm(False)
+    assert not any(getattr(m, "fold_bn", False) for m in net.modules())
+
+
+@pytest.mark.parametrize("device,precision,key,folds", [
+    ("cpu", "fp32", True, True), ("cpu", "bf16", True, False),
+    ("cuda", "fp32", True, False), ("cpu", "fp32", False, False)])
+def test_retrain_folds_fp32_cpu_steps_only(device, precision, key, folds):
+    from types import SimpleNamespace
+
+    from fbnas.config import load_config
+    from fbnas.runs.retrain import Retrain
+
+    cfg = load_config(None, [f"run.precision={precision}", f"retrain.fold_bn={str(key).lower()}"])
+    me = SimpleNamespace(cfg=cfg, device=torch.device(device))
+    assert Retrain.folds_batch_norm(me) is folds
