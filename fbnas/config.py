@@ -204,9 +204,9 @@ class RetrainConfig:
     # channels_last: NHWC tensors, where CPU depthwise and 1x1 convs run fastest (the same
     # math, other rounding); contiguous: NCHW, how runs saved before this key trained
     memory_format: str = _choices("channels_last", "contiguous", default="channels_last")
-    # fp32 steps on a CPU compute each block's expansion BN statistics from the block's
-    # input instead of its widest tensor (fbnas/arch/folded_bn.py): the same math, other
-    # rounding, fewer memory passes; false: BN as torch runs it
+    # fp32 steps on a CPU compute a block's expansion BN statistics from the block's input
+    # instead of its widest tensor, where that pays (fbnas/arch/folded_bn.py): the same
+    # math, other rounding, fewer memory passes; false: BN as torch runs it
     fold_bn: bool = True
 
 

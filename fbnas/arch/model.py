@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fbnas.arch.folded_bn import fold_pays
 from fbnas.arch.limits import (MAX_CHANNELS, MAX_CLASSES, MAX_KERNEL, MAX_LAYERS, MAX_RESOLUTION,
                                at_most, check_map, check_weights)
 from fbnas.arch.ops import build_op, check_op_fits, conv_bn, op_width, out_size
@@ -111,15 +112,18 @@ class Network(nn.Module):
             if init is not None:
                 init()
 
-    def fold_batch_norm(self, on: bool = True) -> int:
-        """Have training steps fold each block's expansion BN into its 1x1 conv
-        (fbnas/arch/folded_bn.py): the same function up to float rounding, one BN pass
-        fewer over the block's widest tensor; evaluation, export and saved weights are
-        unchanged. Returns the number of blocks that fold."""
+    def fold_batch_norm(self, on: bool = True, everywhere: bool = False) -> int:
+        """Have training steps fold the expansion BN of each block where that pays
+        (:func:`fbnas.arch.folded_bn.fold_pays`; ``everywhere``: every block) into its 1x1
+        conv: the same function up to float rounding, fewer passes over the block's widest
+        tensor; evaluation, export and saved weights are unchanged. Returns the number of
+        blocks that fold."""
         blocks = [m for m in self.modules() if hasattr(m, "fold_bn")]
+        folded = 0
         for m in blocks:
-            m.fold_bn = on
-        return len(blocks)
+            m.fold_bn = on and (everywhere or fold_pays(*m.expansion_shape()))
+            folded += m.fold_bn
+        return folded
 
     def input_shape(self, batch: int = 1) -> tuple[int, int, int, int]:
         i = self.definition["input"]

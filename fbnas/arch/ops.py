@@ -221,6 +221,11 @@ class InvertedResidual(nn.Module):
         if self.residual:
             nn.init.zeros_(self.body[-1][1].weight)
 
+    def expansion_shape(self) -> tuple[int, int]:
+        """(input channels, expansion) of the block's 1x1 expansion."""
+        conv = self.body[0][0]
+        return conv.in_channels, conv.out_channels // conv.in_channels
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fold_bn and self.training:
             expand, *rest = self.body

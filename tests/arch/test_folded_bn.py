@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from fbnas.arch.folded_bn import fold_pays
 from fbnas.arch.model import Network
 from fbnas.arch.space import load_space
 
@@ -22,7 +23,8 @@ def test_folded_training_step_matches_batch_norm(memory_format):
     for p in plain.parameters():  # away from the initial unit scales and zero shifts
         p.data.add_(0.1 * torch.randn_like(p))
     folded = copy.deepcopy(plain)
-    assert folded.fold_batch_norm() == 3  # the three blocks; skip has no expansion
+    # every block (skip has no expansion), including those where it does not pay
+    assert folded.fold_batch_norm(everywhere=True) == 3
     x = torch.randn(16, 3, 32, 32).contiguous(memory_format=memory_format)
     y = torch.randint(10, (16,))
     calls = []
@@ -44,13 +46,22 @@ def test_folded_training_step_matches_batch_norm(memory_format):
     assert calls
 
 
-def test_fold_can_be_turned_off_and_saves_nothing():
-    net = Network(load_space("tiny").definition(["k3_e3"] * 4, name="t"))
+def test_fold_goes_where_it_pays_can_be_turned_off_and_saves_nothing():
+    net = Network(load_space("tiny").definition(["k3_e3", "k3_e1", "k3_e3", "k3_e1_g2"],
+                                                 name="t"))
     keys = set(net.state_dict())
-    net.fold_batch_norm()
+    # expansion 1 has no wider tensor to save passes over
+    assert net.fold_batch_norm() == 2
+    assert [getattr(b, "fold_bn", None) for b in net.blocks] == [True, False, True, False]
     assert set(net.state_dict()) == keys
-    net.fold_batch_norm(False)
+    assert net.fold_batch_norm(False) == 0
     assert not any(getattr(m, "fold_bn", False) for m in net.modules())
+
+
+@pytest.mark.parametrize("c_in,expansion,pays", [
+    (24, 6, True), (112, 6, True), (32, 3, True), (112, 3, False), (16, 1, False)])
+def test_fold_pays_where_the_wide_tensor_outweighs_the_covariance(c_in, expansion, pays):
+    assert fold_pays(c_in, expansion) is pays
 
 
 @pytest.mark.parametrize("device,precision,key,folds", [

@@ -127,14 +127,15 @@ def test_retrain_clip_must_not_be_negative():
         load_config(None, ["retrain.clip_grad_norm=-1"])
 
 
-def _retrain_tiny(tmp_path, name: str, *sets: str) -> dict:
+def _retrain_tiny(tmp_path, name: str, *sets: str, ops: list[str] | None = None) -> dict:
     from fbnas.arch.space import load_space
     from fbnas.config import load_config
     from fbnas.runs.retrain import run_retrain
 
     space = load_space("tiny")
     arch = tmp_path / "a.json"
-    arch.write_text(json.dumps(space.definition([l.candidates[1] for l in space.layers], "a")))
+    ops = ops or [l.candidates[1] for l in space.layers]
+    arch.write_text(json.dumps(space.definition(ops, "a")))
     cfg = load_config(None, [f"retrain.arch={arch}", f"data.dir={CIFAR_SUBSET}",
                              "data.limit=200", "data.batch_size=32", "retrain.epochs=1",
                              "run.threads=1", "run.progress=false", "run.device=cpu", *sets])
@@ -162,8 +163,9 @@ def test_retrain_memory_format_changes_rounding_only(tmp_path):
 def test_retrain_fold_bn_changes_rounding_only(tmp_path):
     """retrain.fold_bn (the default on a CPU) trains the same network as torch's BN up to
     float rounding: the same weights and running statistics under the same keys."""
-    folded = _retrain_tiny(tmp_path, "folded")
-    plain = _retrain_tiny(tmp_path, "plain", "retrain.fold_bn=false")
+    ops = ["k3_e3"] * 4  # expansion 3 of 8 to 24 channels: where the fold pays
+    folded = _retrain_tiny(tmp_path, "folded", ops=ops)
+    plain = _retrain_tiny(tmp_path, "plain", "retrain.fold_bn=false", ops=ops)
     assert folded["config"]["retrain"]["fold_bn"] is True
     assert folded["model"].keys() == plain["model"].keys()
     assert any(not torch.equal(v, plain["model"][k]) for k, v in folded["model"].items())
