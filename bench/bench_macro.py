@@ -230,7 +230,7 @@ def setting(args) -> tuple:
 
 def search(args) -> None:
     space, lut, truth, lat = setting(args)
-    todo = [(q, b, seed) for q, b in budgets(args, lat) for seed in args.seeds]
+    todo = [(q, b, seed) for q, b in budgets(args, lat) for seed in args.seeds or [0, 1, 2]]
     if args.jobs > 1:  # searches side by side, each with its share of the threads
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -396,6 +396,8 @@ def draw(rows: list[dict], truth, lat: dict[str, float], png: Path) -> None:
 
 def report(args) -> None:
     rows = read_rows(Path(args.results))
+    if args.seeds is not None:
+        rows = [r for r in rows if r["seed"] in args.seeds]
     _, lut, truth, lat = setting(args)
     if args.rerank_by:  # each recorded check decided again by the other rule, beside it
         rows += [r for r in (redecided(r, args.rerank_by, truth, lut, lat) for r in rows) if r]
@@ -419,7 +421,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quantiles", type=float, nargs="+", default=[0.2, 0.4, 0.6, 0.8])
     ap.add_argument("--target-ms", type=float, nargs="+", default=None,
                     help="budgets in ms, instead of --quantiles")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--seeds", type=int, nargs="+", default=None,
+                    help="search: the search seeds (default 0 1 2); report: only these seeds' "
+                         "rows, so that recipes are compared on the same seeds")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--jobs", type=int, default=1, help="searches at a time (threads split)")
     ap.add_argument("--rank", type=int, default=0,

@@ -185,3 +185,10 @@ optim: {{theta: {{lr: 0.1}}}}
     b.main(["report", *common, "--png", str(png)])
     assert png.stat().st_size > 0
     assert "1 searches, gap median" in capsys.readouterr().out
+    # --seeds compares recipes on the same seeds: a row of another seed is left out
+    other = {**row, "seed": 7, "recipe": "seed seven"}
+    with results.open("a") as f:
+        f.write(json.dumps(other) + "\n")
+    b.main(["report", *common, "--seeds", "7"])
+    out = capsys.readouterr().out
+    assert "| seed seven |" in out and "| 0 | " not in out and "1 searches, gap median" in out
