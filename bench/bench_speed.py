@@ -8,9 +8,9 @@ that load from other processes hits every path alike; medians after a warm-up:
   fbnet_c      FBNet-C (fbnet_imagenet), 224 px, batch 16
 
 Paths: ``nchw`` (fp32, the default memory format: how retrains ran before
-``retrain.memory_format``), ``channels_last`` (fp32, how retrains ran before
-``retrain.fold_bn``), ``channels_last-folded`` (fp32, each block's expansion BN folded into
-its 1x1 conv: today's default on a CPU), ``nchw-bf16`` and
+``retrain.memory_format``), ``channels_last`` (fp32, today's default),
+``channels_last-folded`` (fp32, expansion BNs folded into their 1x1 convs where
+:func:`fbnas.arch.folded_bn.fold_pays` says: ``retrain.fold_bn: true``), ``nchw-bf16`` and
 ``channels_last-bf16`` (``run.precision: bf16``; only where the CPU has native bfloat16, or
 with --bf16), and with --compile ``compiled``
 (channels_last, fp32, torch.compile; its compile time is printed apart). The floor is the

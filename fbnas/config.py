@@ -204,10 +204,10 @@ class RetrainConfig:
     # channels_last: NHWC tensors, where CPU depthwise and 1x1 convs run fastest (the same
     # math, other rounding); contiguous: NCHW, how runs saved before this key trained
     memory_format: str = _choices("channels_last", "contiguous", default="channels_last")
-    # fp32 steps on a CPU compute a block's expansion BN statistics from the block's input
-    # instead of its widest tensor, where that pays (fbnas/arch/folded_bn.py): the same
-    # math, other rounding, fewer memory passes; false: BN as torch runs it
-    fold_bn: bool = True
+    # true: fp32 steps on a CPU compute a block's expansion BN statistics from the block's
+    # input instead of its widest tensor (fbnas/arch/folded_bn.py): the same math, other
+    # rounding, fewer memory passes, but no faster whole steps where measured (docs/retrain.md)
+    fold_bn: bool = False
 
 
 @dataclass
@@ -491,13 +491,11 @@ _RENAMED = {("search", "cost"): {"flops": "macs"}}
 # a search saved before search.theta_relaxation existed drew Gumbel samples in theta steps,
 # a retrain saved before retrain.clip_grad_norm existed did not clip its gradients, and a
 # budget search saved before loss.target_floor existed returned the most probable network
-# under its budget, however far under, and a retrain saved before retrain.fold_bn existed
-# ran every BN as torch does (the same math, other rounding)
+# under its budget, however far under
 _ADDED = {("loss", "target_on"): "sample", ("retrain", "zero_init_residual"): False,
           ("search", "theta_relaxation"): "gumbel", ("retrain", "clip_grad_norm"): 0.0,
           ("loss", "target_floor"): 0.0, ("retrain", "memory_format"): "contiguous",
-          ("search", "rerank"): 0, ("search", "rerank_by"): "top1",
-          ("retrain", "fold_bn"): False}
+          ("search", "rerank"): 0, ("search", "rerank_by"): "top1"}
 
 
 def from_saved(values: dict) -> Config:

@@ -13,7 +13,8 @@ included, up to float rounding.
 
 The fast supernet (:mod:`fbnas.search.fused`) folds every candidate's expansion this way; a
 fixed network's blocks do it where :meth:`fbnas.arch.model.Network.fold_batch_norm` turns it on
-(retrains on a CPU: docs/retrain.md, Speed).
+(``retrain.fold_bn``, off by default: whole retrain steps measured no faster with it,
+docs/retrain.md, Speed).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from torch import nn
 
 
 def fold_pays(c_in: int, expansion: int) -> bool:
-    """Whether folding an expansion's BN saves time in a training step on a CPU.
+    """Whether folding an expansion's BN saved time in a block's training step on a CPU.
 
     The fold saves BN passes over the wide output, about E * C values a pixel, and costs a
     C x C covariance and its backward, about C * C multiply-adds a pixel, plus a few small
@@ -32,6 +33,8 @@ def fold_pays(c_in: int, expansion: int) -> bool:
     batch 64, forward and backward) gave 1.1 to 1.45x for E = 6 at C = 24 to 112 and E = 3
     at C = 16 to 32, and 0.4 to 0.9x for E = 1 (nothing is wider to save) and for E = 3 at
     C = 112 and 184 (the covariance outgrows the saving): fold where E >= 3 and C < 20 E.
+    These were paired but taken beside two other processes; on whole networks the saving
+    did not show (docs/retrain.md, Speed).
     """
     return expansion >= 3 and c_in < 20 * expansion
 

@@ -460,12 +460,3 @@ def test_retrains_saved_before_channels_last_resume_in_nchw():
     saved = load_config(None, []).to_dict()
     del saved["retrain"]["memory_format"]
     assert from_saved(saved).retrain.memory_format == "contiguous"
-
-
-def test_retrains_saved_before_fold_bn_resume_with_torch_batch_norm():
-    from fbnas.config import from_saved, load_config
-
-    assert load_config(None, []).retrain.fold_bn is True
-    saved = load_config(None, []).to_dict()
-    del saved["retrain"]["fold_bn"]
-    assert from_saved(saved).retrain.fold_bn is False

@@ -161,11 +161,11 @@ def test_retrain_memory_format_changes_rounding_only(tmp_path):
 
 
 def test_retrain_fold_bn_changes_rounding_only(tmp_path):
-    """retrain.fold_bn (the default on a CPU) trains the same network as torch's BN up to
-    float rounding: the same weights and running statistics under the same keys."""
-    ops = ["k3_e3"] * 4  # expansion 3 of 8 to 24 channels: where the fold pays
-    folded = _retrain_tiny(tmp_path, "folded", ops=ops)
-    plain = _retrain_tiny(tmp_path, "plain", "retrain.fold_bn=false", ops=ops)
+    """retrain.fold_bn (on a CPU) trains the same network as torch's BN up to float
+    rounding: the same weights and running statistics under the same keys."""
+    ops = ["k3_e3"] * 4  # expansion 3 of 8 to 24 channels: where the fold applies
+    folded = _retrain_tiny(tmp_path, "folded", "retrain.fold_bn=true", ops=ops)
+    plain = _retrain_tiny(tmp_path, "plain", ops=ops)
     assert folded["config"]["retrain"]["fold_bn"] is True
     assert folded["model"].keys() == plain["model"].keys()
     assert any(not torch.equal(v, plain["model"][k]) for k, v in folded["model"].items())
