@@ -44,7 +44,8 @@ from fbnas.search.checkpoint import load_search_checkpoint
 from fbnas.search.budget import top_in_window
 from fbnas.search.groundtruth import (all_keys, judge, key_of, latency_quantile, load_truth,
                                       ops_of, pareto_front)
-from fbnas.search.oneshot_check import RULES, choose
+from fbnas.search.naswot import data_images, score_architectures
+from fbnas.search.oneshot_check import RULES, choose, needs
 from fbnas.search.run import run_search
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -85,10 +86,31 @@ def one_shot(run_dir: Path, keys: list[str]) -> list[dict]:
             for k in keys]
 
 
-def rank_correlations(args, run_dir: Path, truth, lut, budget_us: float, lat) -> dict:
+class Naswot:
+    """NASWOT scores by key (fbnas/search/naswot.py), on the images a search of ``cfg``
+    scores its networks on, each network scored once."""
+
+    def __init__(self, cfg, space):
+        self.cfg, self.space, self.images, self.known = cfg, space, None, {}
+
+    def __call__(self, keys: list[str]) -> list[float]:
+        todo = [k for k in dict.fromkeys(keys) if k not in self.known]
+        if todo:
+            if self.images is None:
+                from fbnas.runs.loaders import open_dataset
+
+                self.images = data_images(self.cfg, open_dataset(self.cfg, self.space.resolution))
+            self.known.update(zip(todo, score_architectures(
+                self.space, [ops_of(k) for k in todo], self.images)))
+        return [self.known[k] for k in keys]
+
+
+def rank_correlations(args, run_dir: Path, truth, lut, budget_us: float, lat,
+                      naswot: Naswot) -> dict:
     """Kendall tau against the true accuracy, over ``args.rank`` random networks of the space
     and over 30 random ones that spend 90 to 100% of the budget (where the search decides):
-    of their one-shot accuracy, and for comparison of their predicted latency and MACs."""
+    of their one-shot accuracy, and for comparison of their predicted latency, their MACs and
+    their training-free NASWOT score."""
     from scipy.stats import kendalltau
 
     sets = {"random": random.Random(args.rank_seed).sample(sorted(lat), args.rank)}
@@ -104,11 +126,12 @@ def rank_correlations(args, run_dir: Path, truth, lut, budget_us: float, lat) ->
         out[name] = {"networks": len(keys), **{
             what: round(float(kendalltau(v, true).statistic), 3) for what, v in
             (("one_shot", [m["top1"] for m in mine]), ("one_shot_ce", [-m["ce"] for m in mine]),
-             ("latency", [lat[k] for k in keys]), ("macs", macs))}}
+             ("latency", [lat[k] for k in keys]), ("macs", macs), ("naswot", naswot(keys)))}}
     return out
 
 
-def search_one(args, truth, lut, space, lat, quantile, budget_ms: float, seed: int) -> dict:
+def search_one(args, truth, lut, space, lat, naswot, quantile, budget_ms: float,
+               seed: int) -> dict:
     out = Path(args.out) / f"{budget_ms:g}ms-s{seed}"
     sets = ["loss.form=target", f"loss.target_ms={budget_ms}", f"run.seed={seed}",
             f"run.threads={args.threads}", "run.progress=false", *args.set]
@@ -116,11 +139,11 @@ def search_one(args, truth, lut, space, lat, quantile, budget_ms: float, seed: i
     shutil.rmtree(out, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     run_search(cfg, out, force=True, echo=log_to(out.parent / f"{out.name}.log"))
-    row = score_run(args, out, truth, lut, space, lat)
+    row = score_run(args, out, truth, lut, space, lat, naswot)
     return {"quantile": quantile, **row}
 
 
-def score_run(args, out: Path, truth, lut, space, lat) -> dict:
+def score_run(args, out: Path, truth, lut, space, lat, naswot: Naswot) -> dict:
     """The row of the finished budget search in ``out``: its found network and its cost-only
     control, looked up (and, with --rank, the one-shot ranking on its weights)."""
     ck, raw = load_search_checkpoint(out), load_checkpoint(out)
@@ -136,13 +159,14 @@ def score_run(args, out: Path, truth, lut, space, lat) -> dict:
     own_rule = args.floor is None and args.rerank is None and by == cfg.search.rerank_by
     if ck.decision is not None and own_rule:
         found = ck.decision  # the search's own one-shot check
-        found_scored = [scored_entry(c["ops"], c["val_top1"], c.get("val_ce"))
-                        for c in raw["decision"]["candidates"]]
+        found_scored = [scored_entry(c["ops"], c.get("val_top1"), c.get("val_ce"),
+                                     c.get("naswot")) for c in raw["decision"]["candidates"]]
     else:
-        found, found_scored = decide(out, lut, space, ck.probs, budget_us, floor, k, by)
+        found, found_scored = decide(out, lut, space, ck.probs, budget_us, floor, k, by, naswot)
     # the control decides as the search does: its k most probable networks, scored one-shot
     # on the search's weights where k > 1, so that only theta differs
-    control, control_scored = decide(out, lut, space, control_probs, budget_us, floor, k, by)
+    control, control_scored = decide(out, lut, space, control_probs, budget_us, floor, k, by,
+                                     naswot)
     v, c = (judge(truth, lat, budget_us, key_of(ops)) for ops in (found, control))
     row = {
         "budget_ms": ck.budget.ms, "floor": floor, "rerank": k if k > 1 else 0, "rerank_by": by,
@@ -160,11 +184,12 @@ def score_run(args, out: Path, truth, lut, space, lat) -> dict:
         "supernet_val_top1": [round(r.get("val_top1", float("nan")), 2) for r in hist],
         "found_val_top1": [round(r.get("found_val_top1", float("nan")), 2) for r in hist],
         "lut_cpu": lut.data["environment"].get("cpu"), "date": time.strftime("%Y-%m-%d"),
-        # each one-shot-checked network, most probable first: key, val top-1, val CE
+        # each checked network, most probable first: key, val top-1, val CE (None where the
+        # rule needs no one-shot pass) and, where the rule used it, the NASWOT score
         "found_candidates": found_scored, "control_candidates": control_scored,
     }
     if args.rank:
-        row["rank"] = rank_correlations(args, out, truth, lut, budget_us, lat)
+        row["rank"] = rank_correlations(args, out, truth, lut, budget_us, lat, naswot)
     return row
 
 
@@ -177,33 +202,42 @@ def recipe_of(cfg) -> str:
 
 
 def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: int,
-           by: str = "top1") -> tuple[list[str], list[list]]:
+           by: str, naswot: Naswot) -> tuple[list[str], list[list]]:
     """The network a search with theta ``probs`` returns: the most probable within the
     window, or with ``k`` > 1 the best by rule ``by`` (search.rerank_by) of the ``k`` most
-    probable scored one-shot on ``run_dir``'s weights, as Search.rerank decides; and each
-    checked network's [key, val top-1, val CE]."""
+    probable, scored as Search.rerank scores them (one-shot on ``run_dir``'s weights where the
+    rule needs it); and each checked network's record (scored_entry)."""
     options = top_in_window(lut, space, probs, budget_us, floor, max(k, 1))
     if len(options) == 1:
         return options[0], []
-    shot = one_shot(run_dir, [key_of(ops) for ops in options])
-    best = choose([m["top1"] for m in shot], [lut.raw_sum(ops, "macs") for ops in options], by)
-    return options[best], [scored_entry(ops, m["top1"], m["ce"]) for ops, m in zip(options, shot)]
+    keys = [key_of(ops) for ops in options]
+    shot = one_shot(run_dir, keys) if needs(by, "top1") else [{}] * len(keys)
+    nw = naswot(keys) if needs(by, "naswot") else [None] * len(keys)
+    best = choose(by, top1=[m.get("top1") for m in shot], naswot=nw,
+                  macs=[lut.raw_sum(ops, "macs") for ops in options])
+    return options[best], [scored_entry(ops, m.get("top1"), m.get("ce"), v)
+                           for ops, m, v in zip(options, shot, nw)]
 
 
-def redecided(row: dict, by: str, truth, lut, lat) -> dict | None:
+def redecided(row: dict, by: str, truth, lut, lat, naswot: Naswot) -> dict | None:
     """``row`` as its search and control would have decided by rule ``by`` from the networks
-    their one-shot checks recorded (no search rerun); None for rows saved before checks were
-    recorded. A check of one network (the window held no other) decides the same by any rule."""
+    their checks recorded (no search rerun; NASWOT scores are computed from the keys); None
+    for rows saved before checks were recorded, or whose checks lack the one-shot score the
+    rule needs. A check of one network (the window held no other) decides the same by any
+    rule."""
     if row.get("rerank_by", "top1") == by or "found_candidates" not in row:
         return None
+    checks = [row.get(f"{who}_candidates") or [] for who in ("found", "control")]
+    if needs(by, "top1") and any(c[1] is None for checked in checks for c in checked):
+        return None
     out = dict(row, recipe=f"{row['recipe']}, re-decided by {by}", rerank_by=by)
-    for who, prefix in (("found", ""), ("control", "control_")):
-        checked = row.get(f"{who}_candidates")
+    for (who, prefix), checked in zip((("found", ""), ("control", "control_")), checks):
         if not checked:
             continue
         keys = [c[0] for c in checked]
-        key = keys[choose([c[1] for c in checked],
-                          [lut.raw_sum(ops_of(k), "macs") for k in keys], by)]
+        key = keys[choose(by, top1=[c[1] for c in checked],
+                          macs=[lut.raw_sum(ops_of(k), "macs") for k in keys],
+                          naswot=naswot(keys) if needs(by, "naswot") else None)]
         v = judge(truth, lat, row["budget_ms"] * 1000, key)
         out.update({who: key, f"{who}_ms": round(lat[key] / 1000, 4),
                     f"{prefix}accuracy": round(v.accuracy, 3),
@@ -213,10 +247,13 @@ def redecided(row: dict, by: str, truth, lut, lat) -> dict | None:
     return out
 
 
-def scored_entry(ops: list[str], top1: float, ce: float | None) -> list:
-    """A row's record of one network the one-shot check scored: [key, val top-1, val CE]
-    (CE None for searches that did not record it)."""
-    return [key_of(ops), round(top1, 2), None if ce is None else round(ce, 4)]
+def scored_entry(ops: list[str], top1: float | None, ce: float | None,
+                 naswot: float | None = None) -> list:
+    """A row's record of one network a check scored: [key, val top-1, val CE] (None where
+    not measured), and its NASWOT score where the check computed one."""
+    entry = [key_of(ops), None if top1 is None else round(top1, 2),
+             None if ce is None else round(ce, 4)]
+    return entry if naswot is None else [*entry, round(naswot, 3)]
 
 
 def setting(args) -> tuple:
@@ -225,11 +262,11 @@ def setting(args) -> tuple:
     space = load_space(cfg.space)
     lut = load_lut(cfg.lut, space)
     truth = load_truth(args.truth, len(space.layers))
-    return space, lut, truth, space_latencies(lut, len(space.layers))
+    return space, lut, truth, space_latencies(lut, len(space.layers)), Naswot(cfg, space)
 
 
 def search(args) -> None:
-    space, lut, truth, lat = setting(args)
+    space, lut, truth, lat, naswot = setting(args)
     todo = [(q, b, seed) for q, b in budgets(args, lat) for seed in args.seeds or [0, 1, 2]]
     if args.jobs > 1:  # searches side by side, each with its share of the threads
         import multiprocessing
@@ -237,19 +274,20 @@ def search(args) -> None:
 
         args.threads = max(1, args.threads // args.jobs)
         with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
-            futures = [ex.submit(search_one, args, truth, lut, space, lat, *t) for t in todo]
+            futures = [ex.submit(search_one, args, truth, lut, space, lat, naswot, *t)
+                       for t in todo]
             rows = (f.result() for f in futures)
             append_rows(args, rows)
     else:
-        append_rows(args, (search_one(args, truth, lut, space, lat, *t) for t in todo))
+        append_rows(args, (search_one(args, truth, lut, space, lat, naswot, *t) for t in todo))
 
 
 def score(args) -> None:
     """Rows for searches run elsewhere (fbnas train --target-ms on nasbench_macro)."""
-    space, lut, truth, lat = setting(args)
+    space, lut, truth, lat, naswot = setting(args)
     rows = []
     for run in args.runs:
-        row = score_run(args, Path(run), truth, lut, space, lat)
+        row = score_run(args, Path(run), truth, lut, space, lat, naswot)
         share = sum(v <= row["budget_ms"] * 1000 for v in lat.values()) / len(lat)
         rows.append({"quantile": round(share, 3), **row})
     append_rows(args, rows)
@@ -398,9 +436,10 @@ def report(args) -> None:
     rows = read_rows(Path(args.results))
     if args.seeds is not None:
         rows = [r for r in rows if r["seed"] in args.seeds]
-    _, lut, truth, lat = setting(args)
+    _, lut, truth, lat, naswot = setting(args)
     if args.rerank_by:  # each recorded check decided again by the other rule, beside it
-        rows += [r for r in (redecided(r, args.rerank_by, truth, lut, lat) for r in rows) if r]
+        rows += [r for r in (redecided(r, args.rerank_by, truth, lut, lat, naswot)
+                             for r in rows) if r]
     order = list(dict.fromkeys(r["recipe"] for r in rows))
     rows.sort(key=lambda r: (order.index(r["recipe"]), r["budget_ms"], r["seed"]))
     print_table(rows)

@@ -127,9 +127,10 @@ class SearchConfig:
     # budget's window are scored one-shot on the held-out split (BN re-estimated for each) and
     # the best is the found network; 0 or 1: the most probable one (docs/search.md, Rerank)
     rerank: int = 8
-    # what "best" means there: the one-shot top-1 alone, or the sum of its rank and the
-    # rank of the network's MACs among the checked ones (fbnas/search/oneshot_check.py)
-    rerank_by: str = _choices("top1", "top1_and_macs", default="top1")
+    # what "best" means there: the one-shot top-1 alone, the sum of its rank and the rank of
+    # the network's MACs among the checked ones, or the training-free NASWOT score of a fresh
+    # copy of each, which needs no one-shot pass (fbnas/search/oneshot_check.py)
+    rerank_by: str = _choices("top1", "top1_and_macs", "naswot", default="top1")
 
 
 @dataclass

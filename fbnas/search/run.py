@@ -37,7 +37,7 @@ from fbnas.runs.trainer import Batch, Trainer
 from fbnas.search.checkpoint import check_search_parts
 from fbnas.search.health import search_warnings, skip_count
 from fbnas.search.loss import multiplier_step, paper_loss, target_loss
-from fbnas.search.oneshot_check import choose
+from fbnas.search.oneshot_check import RULES, choose, needs
 from fbnas.search.pictures import progress_chart, theta_heatmap, write_png
 from fbnas.search.supernet import Supernet, recalibrated_bn
 from fbnas.search.table import copy_table
@@ -286,17 +286,21 @@ class Search(Trainer):
         lives), as the budget's window searches take them."""
         return [p.double().cpu().numpy() for p in self.net.probabilities()]
 
+    #: where each figure of a rule (oneshot_check.RULES) is kept in a checked network's record
+    CHECK_KEYS = {"top1": "val_top1", "macs": "macs", "naswot": "naswot"}
+
     def rerank(self) -> dict | None:
-        """Score the ``search.rerank`` most probable networks within the budget's window
-        one-shot (val top-1 on the supernet's weights, BN re-estimated for each) and pick the
-        best by ``search.rerank_by`` (fbnas/search/oneshot_check.py); ties go to the more
-        probable. None where there is nothing to compare.
+        """Score the ``search.rerank`` most probable networks within the budget's window by
+        what ``search.rerank_by`` uses (one-shot: val top-1 on the supernet's weights, BN
+        re-estimated for each; MACs; the training-free NASWOT score) and pick the best
+        (fbnas/search/oneshot_check.py); ties go to the more probable. None where there is
+        nothing to compare.
 
         Why: theta ends a short search with near-ties, and sometimes with a confident mistake
-        (skip in a layer the benchmark says matters most); the weights have seen every
-        candidate, and one pass over the held-out split tells the worst of those apart.
+        (skip in a layer the benchmark says matters most); a second opinion on its few most
+        probable networks tells the worst of those apart.
         """
-        k = self.cfg.search.rerank
+        k, rule = self.cfg.search.rerank, self.cfg.search.rerank_by
         if self.budget is None or k <= 1 or self.val_loader is None:
             return None
         from fbnas.search.budget import top_in_window
@@ -304,13 +308,18 @@ class Search(Trainer):
         probs = self.probabilities_np()
         options = top_in_window(self.lut, self.space, probs, self.budget.us, self.budget.floor,
                                 k)
-        scored = []
-        for ops in options:
-            figures = self.evaluate(self.val_loader, path=self.net.path_of(ops))
-            scored.append({"ops": ops, "val_top1": figures["top1"], "val_ce": figures["ce"],
-                           "macs": self.lut.raw_sum(ops, "macs")})
-        best = choose([s["val_top1"] for s in scored], [s["macs"] for s in scored],
-                      self.cfg.search.rerank_by)
+        scored = [{"ops": ops, "macs": self.lut.raw_sum(ops, "macs")} for ops in options]
+        if needs(rule, "naswot"):
+            from fbnas.search.naswot import data_images, score_architectures
+
+            images = data_images(self.cfg, self.data)
+            for s, v in zip(scored, score_architectures(self.space, options, images)):
+                s["naswot"] = v
+        if needs(rule, "top1"):
+            for s in scored:
+                figures = self.evaluate(self.val_loader, path=self.net.path_of(s["ops"]))
+                s.update(val_top1=figures["top1"], val_ce=figures["ce"])
+        best = choose(rule, **{f: [s[self.CHECK_KEYS[f]] for s in scored] for f in RULES[rule]})
         return {"ops": scored[best]["ops"], "rank": best, "candidates": scored}
 
     def build_model(self) -> Supernet:
@@ -502,13 +511,15 @@ class Search(Trainer):
             record["argmax_stable"] = stable
         # the next epoch counts its own theta steps; its first step compares with this argmax
         self.argmax_track.update(steps=0, changed=0)
-        if self.decision is not None:
-            record["found_val_top1"] = self.decision["candidates"][self.decision["rank"]][
-                "val_top1"]
-            record["rerank_moved"] = self.decision["rank"]
+        chosen = None if self.decision is None else self.decision["candidates"][
+            self.decision["rank"]]
+        if chosen is not None and "val_top1" in chosen:
+            record["found_val_top1"] = chosen["val_top1"]
         elif self.val_loader is not None:
             ev = self.evaluate(self.val_loader, path=self.net.path_of(ops))
             record["found_val_top1"] = ev["top1"]
+        if chosen is not None:
+            record["rerank_moved"] = self.decision["rank"]
         return record
 
     def on_resume(self) -> None:
@@ -532,8 +543,9 @@ class Search(Trainer):
         if "found_val_top1" in r:
             found += f" val top1 {r['found_val_top1']:.2f}%"
         if "rerank_moved" in r:
-            by = " and MACs" if self.cfg.search.rerank_by == "top1_and_macs" else ""
-            found += (f" (best one-shot{by} of the {self.cfg.search.rerank} most probable: "
+            by = {"top1": "one-shot", "top1_and_macs": "one-shot and MACs",
+                  "naswot": "NASWOT"}[self.cfg.search.rerank_by]
+            found += (f" (best {by} of the {self.cfg.search.rerank} most probable: "
                       f"#{r['rerank_moved'] + 1})")
         return [f"tau {r['temperature']:.3f}", found,
                 f"expected {format_cost(r['cost_expected'], metric)}, max p "

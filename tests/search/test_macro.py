@@ -100,20 +100,43 @@ def test_report_decides_a_recorded_check_again_by_the_macs_rule():
            "found_candidates": [["11", 45.0, 1.0], ["12", 44.9, 1.0], ["10", 44.8, 1.0]],
            "control": "11", "control_candidates": [["11", 40.0, 1.0], ["20", 39.0, 1.0]]}
     b = bench()
-    again = b.redecided(row, "top1_and_macs", truth, MacsTable(), lat)
+    again = b.redecided(row, "top1_and_macs", truth, MacsTable(), lat, no_naswot)
     assert again["recipe"] == "r, re-decided by top1_and_macs"
     # rank sums 11: 3 + 2, 12: 2 + 3, 10: 1 + 1; a tie goes to the better top-1
     assert again["found"] == "11" and again["accuracy"] == 85
     row["found_candidates"] = [["10", 45.0, 1.0], ["12", 44.9, 1.0], ["11", 44.8, 1.0]]
-    again = b.redecided(row, "top1_and_macs", truth, MacsTable(), lat)
+    again = b.redecided(row, "top1_and_macs", truth, MacsTable(), lat, no_naswot)
     # 10: 3 + 1, 12: 2 + 3, 11: 1 + 2: near-equal one-shot scores, the one with more MACs
     assert again["found"] == "12" and again["accuracy"] == 88
     assert again["gap"] == pytest.approx(judge(truth, lat, 5.0, "12").gap)
     # control: 11 and 20 have equal MACs (1.5 each), so its better top-1 stays
     assert again["control"] == "11" and again["control_accuracy"] == 85
-    assert b.redecided(row, "top1", truth, MacsTable(), lat) is None  # its own rule
+    assert b.redecided(row, "top1", truth, MacsTable(), lat, no_naswot) is None  # its own rule
     del row["found_candidates"]
-    assert b.redecided(row, "top1_and_macs", truth, MacsTable(), lat) is None
+    assert b.redecided(row, "top1_and_macs", truth, MacsTable(), lat, no_naswot) is None
+
+
+def no_naswot(keys):
+    raise AssertionError("a rule that does not use NASWOT computed it")
+
+
+def test_report_decides_a_recorded_check_again_by_naswot():
+    """report --rerank-by naswot: NASWOT scores come from the keys, so any recorded check can
+    be decided again by them; a check recorded without one-shot scores (a NASWOT search's)
+    cannot be decided by a rule that needs them."""
+    truth, lat = tiny_truth()
+    made_up = {"11": 300.0, "12": 310.0, "10": 305.0, "20": 320.0}
+    row = {"recipe": "r", "budget_ms": 0.005, "rerank_by": "top1", "found": "11",
+           "found_candidates": [["11", 45.0, 1.0], ["12", 44.9, 1.0], ["10", 44.8, 1.0]],
+           "control": "11", "control_candidates": [["11", 40.0, 1.0], ["20", 39.0, 1.0]]}
+    b = bench()
+    again = b.redecided(row, "naswot", truth, MacsTable(), lat,
+                        lambda keys: [made_up[k] for k in keys])
+    assert again["found"] == "12" and again["control"] == "20"
+    assert again["recipe"] == "r, re-decided by naswot"
+    row = dict(row, rerank_by="naswot",
+               found_candidates=[["11", None, None, 300.0], ["12", None, None, 310.0]])
+    assert b.redecided(row, "top1", truth, MacsTable(), lat, no_naswot) is None
 
 
 def bench():
@@ -171,7 +194,7 @@ optim: {{theta: {{lr: 0.1}}}}
     assert 0 < row["percentile"] <= 100 and row["within"] >= 1
     assert row["rank"]["random"]["networks"] == 5
     assert set(row["rank"]["random"]) == {"networks", "one_shot", "one_shot_ce", "latency",
-                                          "macs"}
+                                          "macs", "naswot"}
     # each network the one-shot check scored, for the search and its control: key, top-1, CE
     for scored, pick in ((row["found_candidates"], row["found"]),
                          (row["control_candidates"], row["control"])):
@@ -192,3 +215,12 @@ optim: {{theta: {{lr: 0.1}}}}
     b.main(["report", *common, "--seeds", "7"])
     out = capsys.readouterr().out
     assert "| seed seven |" in out and "| 0 | " not in out and "1 searches, gap median" in out
+    # a search whose check decides by NASWOT records the scores and no one-shot figures
+    b.main(["search", *common, "--quantiles", "0.5", "--seeds", "1", "--threads", "1",
+            "--out", str(tmp_path / "runs"), "--set", "search.rerank_by=naswot"])
+    row = json.loads(results.read_text().splitlines()[-1])
+    assert row["rerank_by"] == "naswot" and row["recipe"].endswith("check by naswot")
+    for scored, pick in ((row["found_candidates"], row["found"]),
+                         (row["control_candidates"], row["control"])):
+        assert all(top1 is None and ce is None for _, top1, ce, _ in scored)
+        assert not scored or pick == max(scored, key=lambda c: c[3])[0]

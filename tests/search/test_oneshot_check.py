@@ -7,34 +7,43 @@ from fbnas.search.oneshot_check import choose
 
 def test_tied_macs_share_their_places_and_leave_the_choice_to_top1():
     # MACs 5, 5, 1, 7: ranks 2.5, 2.5, 1, 4; top-1 ranks 4, 3, 2, 1: sums 6.5, 5.5, 3, 5
-    assert choose([50.0, 49.0, 48.0, 47.0], [5e6, 5e6, 1e6, 7e6], "top1_and_macs") == 0
+    assert choose("top1_and_macs", top1=[50.0, 49.0, 48.0, 47.0], macs=[5e6, 5e6, 1e6, 7e6]) == 0
     # swap the MACs of the first two: still tied, so still the better top-1
-    assert choose([49.0, 50.0, 48.0, 47.0], [5e6, 5e6, 1e6, 7e6], "top1_and_macs") == 1
+    assert choose("top1_and_macs", top1=[49.0, 50.0, 48.0, 47.0], macs=[5e6, 5e6, 1e6, 7e6]) == 1
 
 
 def test_top1_keeps_the_best_one_shot_score_ties_to_the_more_probable():
-    assert choose([40.0, 45.0, 42.0], [1, 1, 9], "top1") == 1
-    assert choose([45.0, 40.0, 45.0], [1, 1, 9], "top1") == 0
+    assert choose("top1", top1=[40.0, 45.0, 42.0], macs=[1, 1, 9]) == 1
+    assert choose("top1", top1=[45.0, 40.0, 45.0], macs=[1, 1, 9]) == 0
 
 
 def test_macs_move_the_choice_between_near_equal_one_shot_scores():
     # one-shot 45.0 against 44.8: within any val split's noise; the second has far more MACs
     top1, macs = [45.0, 44.8, 30.0], [10e6, 40e6, 20e6]
-    assert choose(top1, macs, "top1") == 0
-    assert choose(top1, macs, "top1_and_macs") == 1
+    assert choose("top1", top1=top1, macs=macs) == 0
+    assert choose("top1_and_macs", top1=top1, macs=macs) == 1
 
 
 def test_many_macs_cannot_carry_the_worst_one_shot_network():
     # the most MACs with the worst one-shot score: rank sum 1 + 4, against 4 + 3 for the best
     top1, macs = [50.0, 48.0, 46.0, 20.0], [30e6, 20e6, 10e6, 90e6]
-    assert choose(top1, macs, "top1_and_macs") == 0
+    assert choose("top1_and_macs", top1=top1, macs=macs) == 0
 
 
 def test_equal_rank_sums_go_to_the_better_one_shot_then_the_more_probable():
-    assert choose([40.0, 45.0], [20e6, 10e6], "top1_and_macs") == 1
-    assert choose([45.0, 45.0], [10e6, 10e6], "top1_and_macs") == 0
+    assert choose("top1_and_macs", top1=[40.0, 45.0], macs=[20e6, 10e6]) == 1
+    assert choose("top1_and_macs", top1=[45.0, 45.0], macs=[10e6, 10e6]) == 0
 
 
 def test_an_unknown_rule_is_refused():
     with pytest.raises(ValueError, match="rule"):
-        choose([1.0], [1.0], "macs")
+        choose("macs", top1=[1.0], macs=[1.0])
+
+
+def test_naswot_keeps_the_best_training_free_score_ties_to_the_more_probable():
+    assert choose("naswot", naswot=[310.0, 325.5, 301.0]) == 1
+    assert choose("naswot", naswot=[325.5, 310.0, 325.5]) == 0
+
+
+def test_naswot_ignores_one_shot_scores_and_macs():
+    assert choose("naswot", naswot=[1.0, 2.0], top1=[90.0, 10.0], macs=[9e9, 1.0]) == 1

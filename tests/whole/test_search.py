@@ -357,9 +357,23 @@ def test_budget_search_ends_with_a_one_shot_check_of_its_most_probable_networks(
                tmp_path / "macs", echo=quiet)
     d = load_checkpoint(tmp_path / "macs/checkpoints/last.pt")["decision"]
     c = d["candidates"]
-    assert d["rank"] == choose([x["val_top1"] for x in c], [x["macs"] for x in c],
-                               "top1_and_macs")
+    assert d["rank"] == choose("top1_and_macs", top1=[x["val_top1"] for x in c],
+                               macs=[x["macs"] for x in c])
     assert "best one-shot and MACs of the 3" in (tmp_path / "macs/train.log").read_text()
+    # search.rerank_by: naswot scores fresh copies instead, with no one-shot pass per network
+    # (only the kept one's val top-1 is measured for the log), the same on a second run
+    naswot = small_config(tiny_lut_file, **sets, **{"search.rerank": 3,
+                                                    "search.rerank_by": "naswot"})
+    result = run_search(naswot, tmp_path / "nw", echo=quiet)
+    d = load_checkpoint(tmp_path / "nw/checkpoints/last.pt")["decision"]
+    c = d["candidates"]
+    assert len(c) == 3 and all("val_top1" not in x for x in c)
+    assert d["rank"] == max(range(3), key=lambda i: (c[i]["naswot"], -i))
+    assert result["found_ops"] == d["ops"] and "found_val_top1" in result["history"][-1]
+    assert "best NASWOT of the 3" in (tmp_path / "nw/train.log").read_text()
+    run_search(naswot, tmp_path / "nw2", echo=quiet)
+    again = load_checkpoint(tmp_path / "nw2/checkpoints/last.pt")["decision"]["candidates"]
+    assert [x["naswot"] for x in again] == [x["naswot"] for x in c]
 
 
 def test_a_search_on_a_space_file_resumes_from_another_folder(tmp_path, tiny_lut_file,
