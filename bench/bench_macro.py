@@ -386,11 +386,12 @@ def simple_rules(rows: list[dict], truth, lut, lat: dict[str, float],
     per network: half a minute per hundred networks at 1 thread)."""
     macs = {k: lut.raw_sum(ops_of(k), "macs") for k in lat}
     fit = per_layer_fit(truth, sorted(lat))
-    extra = " best NASWOT, 90-100% (top-1 %, percentile) |" if naswot else ""
+    extra = (" best NASWOT, 90-100% (top-1 %, percentile) | Kendall tau over the 90-100% "
+             "networks: NASWOT, MACs |" if naswot else "")
     print("| budget ms | oracle (top-1 %) | most MACs within (top-1 %, percentile) | slowest "
           "within (top-1 %, percentile) | best per-layer fit to the truth, 90-100% (top-1 %, "
           f"percentile) |{extra}")
-    print("|---|---|---|---|---|" + ("---|" if naswot else ""))
+    print("|---|---|---|---|---|" + ("---|---|" if naswot else ""))
     for b in sorted({r["budget_ms"] for r in rows}):
         inside = [k for k in lat if lat[k] <= b * 1000]
         window = [k for k in inside if lat[k] >= 0.9 * b * 1000] or inside
@@ -403,8 +404,24 @@ def simple_rules(rows: list[dict], truth, lut, lat: dict[str, float],
         for pick in picks:
             v = judge(truth, lat, b * 1000, pick)
             cells.append(f"{pick} ({v.accuracy:.2f}, {v.percentile:.1f})")
+        if naswot:
+            true = [truth[k] for k in window]
+            cells.append(f"{tau(naswot(window), true):.3f}, "
+                         f"{tau([macs[k] for k in window], true):.3f}")
         v = judge(truth, lat, b * 1000, inside[0])  # for the oracle
         print(f"| {b:g} | {v.oracle} ({v.oracle_accuracy:.2f}) | {' | '.join(cells)} |")
+    if naswot:
+        keys = random.Random(0).sample(sorted(lat), min(50, len(lat)))
+        true = [truth[k] for k in keys]
+        print(f"Kendall tau against the truth over {len(keys)} random networks: NASWOT "
+              f"{tau(naswot(keys), true):.3f}, MACs {tau([macs[k] for k in keys], true):.3f}, "
+              f"predicted latency {tau([lat[k] for k in keys], true):.3f}")
+
+
+def tau(values, true) -> float:
+    from scipy.stats import kendalltau
+
+    return float(kendalltau(values, true).statistic)
 
 
 def draw(rows: list[dict], truth, lat: dict[str, float], png: Path) -> None:

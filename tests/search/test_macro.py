@@ -205,9 +205,12 @@ optim: {{theta: {{lr: 0.1}}}}
     out = capsys.readouterr().out
     assert "Kendall tau" in out and row["found"] in out
     png = tmp_path / "macro.png"
-    b.main(["report", *common, "--png", str(png)])
+    b.main(["report", *common, "--png", str(png), "--naswot-window"])
     assert png.stat().st_size > 0
-    assert "1 searches, gap median" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 searches, gap median" in out
+    # the training-free search of each budget's window, and NASWOT's ranking of the space
+    assert "best NASWOT, 90-100%" in out and "over 9 random networks: NASWOT" in out
     # --seeds compares recipes on the same seeds: a row of another seed is left out
     other = {**row, "seed": 7, "recipe": "seed seven"}
     with results.open("a") as f:
