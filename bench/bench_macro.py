@@ -306,7 +306,8 @@ def append_rows(args, rows) -> None:
             print(f"  Kendall tau against the truth, {r['networks']} {name.replace('_', '-')} "
                   f"networks: one-shot accuracy {r['one_shot']:.3f}, one-shot CE "
                   f"{r.get('one_shot_ce', float('nan')):.3f}, predicted latency "
-                  f"{r['latency']:.3f}, MACs {r['macs']:.3f}", flush=True)
+                  f"{r['latency']:.3f}, MACs {r['macs']:.3f}, NASWOT "
+                  f"{r.get('naswot', float('nan')):.3f}", flush=True)
     print(f"appended to {results}")
 
 

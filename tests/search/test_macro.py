@@ -203,7 +203,7 @@ optim: {{theta: {{lr: 0.1}}}}
     # 9 networks: too few spend 90 to 100% of the budget for a rank correlation
     assert "near_budget" not in row["rank"] or row["rank"]["near_budget"]["networks"] >= 3
     out = capsys.readouterr().out
-    assert "Kendall tau" in out and row["found"] in out
+    assert "Kendall tau" in out and ", NASWOT " in out and row["found"] in out
     png = tmp_path / "macro.png"
     b.main(["report", *common, "--png", str(png), "--naswot-window"])
     assert png.stat().st_size > 0
