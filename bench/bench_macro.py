@@ -407,7 +407,7 @@ def simple_rules(rows: list[dict], truth, lut, lat: dict[str, float],
             cells.append(f"{pick} ({v.accuracy:.2f}, {v.percentile:.1f})")
         if naswot:
             true = [truth[k] for k in window]
-            cells.append(f"{tau(naswot(window), true):.3f}, "
+            cells.append(f"{tau([scores[k] for k in window], true):.3f}, "
                          f"{tau([macs[k] for k in window], true):.3f}")
         v = judge(truth, lat, b * 1000, inside[0])  # for the oracle
         print(f"| {b:g} | {v.oracle} ({v.oracle_accuracy:.2f}) | {' | '.join(cells)} |")

@@ -65,19 +65,6 @@ def naswot(net: nn.Module, images: torch.Tensor) -> float:
     return float(torch.linalg.slogdet(agree)[1])
 
 
-def first_images(batches, n: int = IMAGES) -> torch.Tensor:
-    """The first ``n`` images of an iterable of (images, labels) batches, on the CPU."""
-    got, have = [], 0
-    for x, _ in batches:
-        got.append(x[:n - have].float().cpu())
-        have += got[-1].shape[0]
-        if have >= n:
-            break
-    if not got:
-        raise ValueError("no images to score networks on")
-    return torch.cat(got)
-
-
 def data_images(cfg, data) -> torch.Tensor:
     """The images networks are scored on: the data set's first ``IMAGES`` training images,
     un-augmented and normalised as training normalises them, on the CPU. The same whatever the
@@ -89,7 +76,8 @@ def data_images(cfg, data) -> torch.Tensor:
     batches = loader(cfg, data, "train", torch.arange(n), n, train=False, seed=0,
                      drop_last=False, mean=data.mean, std=data.std, rank=0, world_size=1,
                      device=torch.device("cpu"))
-    return first_images(batches, n)
+    images, _ = next(iter(batches))  # one batch of all n
+    return images.float().cpu()
 
 
 def score_architectures(space, architectures: list[list[str]], images: torch.Tensor,
@@ -99,10 +87,10 @@ def score_architectures(space, architectures: list[list[str]], images: torch.Ten
     left as it was."""
     from fbnas.arch.model import Network
 
-    scores = []
+    images, scores = images.cpu(), []
     for ops in architectures:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             net = Network(space.definition(ops))
-        scores.append(naswot(net, images.cpu()))
+        scores.append(naswot(net, images))
     return scores

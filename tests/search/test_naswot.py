@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from fbnas.arch.space import load_space
-from fbnas.search.naswot import first_images, naswot, score_architectures
+from fbnas.search.naswot import naswot, score_architectures
 
 
 def codes_kernel_by_hand(net: nn.Module, x: torch.Tensor) -> float:
@@ -66,8 +66,3 @@ def test_scores_are_a_function_of_the_architecture_and_leave_the_random_state_al
     assert score_architectures(space, ops, x) == first
     assert first[0] != first[1]
 
-
-def test_first_images_takes_across_batches():
-    batches = [(torch.full((3, 1), float(i)), None) for i in range(4)]
-    x = first_images(batches, n=7)
-    assert x.shape[0] == 7 and x[-1].item() == 2.0
