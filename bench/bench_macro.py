@@ -199,7 +199,8 @@ def recipe_of(cfg) -> str:
     config, so that rows of two settings never share a name when a config file changes
     (rows written before this say "default": 5 epochs, relaxed theta steps)."""
     s = cfg.search
-    return f"{s.epochs} epochs, {s.theta_estimator} theta steps, check by {s.rerank_by}"
+    steps = f" ({s.theta_steps} a weight step)" if s.theta_steps > 1 else ""
+    return f"{s.epochs} epochs, {s.theta_estimator} theta steps{steps}, check by {s.rerank_by}"
 
 
 def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: int,

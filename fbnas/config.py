@@ -72,6 +72,10 @@ class SearchConfig:
     per_sample: bool = False  # one Gumbel draw per image instead of per batch
     alternation: str = _choices("epoch", "step", default="epoch")
     accumulate: int = 1  # micro-batches per optimizer step
+    # alternation: step, theta steps after each weight step. A REINFORCE theta step costs one
+    # forward pass of one network, so several fit where one weight step does: each draws
+    # another network, and theta's gradient averages more of them
+    theta_steps: int = 1
     # what LAT is in the paper loss: table latency (us), multiply-adds (MACs) or parameters.
     # "flops" (2 per multiply-add) was the name before counts were MACs; only a saved config
     # still says it (see from_saved)
@@ -406,6 +410,11 @@ def validate(cfg: Config) -> Config:
          f"config key data.classes ({d.classes}) selects class folders of an image folder, "
          f"but data.kind is {d.kind}; drop data.classes or set data.kind: folder")
     need(d.memory_mb >= 0, "config key data.memory_mb must be >= 0")
+    need(1 <= s.theta_steps <= 64, "config key search.theta_steps must be from 1 to 64 (theta "
+         "steps after each weight step)")
+    need(s.theta_steps == 1 or s.alternation == "step",
+         "config key search.theta_steps applies to search.alternation: step; set "
+         "search.alternation=step or search.theta_steps=1")
     need(s.recalibrate_images >= 0, "config key search.recalibrate_images must be >= 0")
     need(s.epochs >= 1, "config key search.epochs must be at least 1")
     need(cfg.warmup_epochs >= 0, "config key search.warmup_epochs must be >= 0")

@@ -2,7 +2,8 @@
 
 An epoch is weights-only during the warm-up epochs, then either every weight batch followed
 by every theta batch (``alternation: epoch``, the paper) or ``accumulate`` weight
-micro-batches followed by ``accumulate`` theta micro-batches (``alternation: step``). The
+micro-batches followed by ``theta_steps`` times ``accumulate`` theta micro-batches
+(``alternation: step``). The
 weights minimise the cross-entropy, theta the latency-aware loss (fbnas/search/loss.py); each
 optimizer steps only its own parameters.
 
@@ -391,7 +392,7 @@ class Search(Trainer):
                 return
             for b in group:
                 yield "weights", b
-            for _ in range(k):
+            for _ in range(k * self.cfg.search.theta_steps):
                 try:
                     b = next(theta_iter)
                 except StopIteration:
@@ -406,7 +407,7 @@ class Search(Trainer):
         if self.cfg.search.alternation == "epoch":
             return nw + len(self.theta_loader)
         k = self.accumulate
-        return 2 * (nw // k) * k
+        return (1 + self.cfg.search.theta_steps) * (nw // k) * k
 
     def forward_loss(self, x: torch.Tensor, y: torch.Tensor, epoch: int, phase: str):
         s = self.cfg.search

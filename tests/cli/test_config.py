@@ -34,6 +34,8 @@ def test_file_then_overrides(tmp_path):
     ("search.warmup_epochs=200", "warmup_epochs"),
     ("novalue", "expected key=value"),
     ("search.theta_paths=0", "search.theta_paths must be from 1 to 64"),
+    ("search.theta_steps=0", "search.theta_steps must be from 1 to 64"),
+    ("search.theta_steps=2", "search.theta_steps applies to search.alternation: step"),
     ("search.transition_paths=1", "search.transition_paths must be 0 .* or from 2 to 64"),
     ("search.reinforce_momentum=1", r"search.reinforce_momentum must be in \[0, 1\)"),
     ("search.reinforce_baseline=leave_one_out", "needs search.theta_paths of at least 2"),

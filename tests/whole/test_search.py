@@ -158,6 +158,30 @@ def test_reinforce_theta_steps_with_uniform_paths_train_theta_and_resume_exactly
         r["argmax_stable"] for r in full["history"]]
 
 
+def test_several_reinforce_theta_steps_per_weight_step_resume_exactly(
+        tmp_path, tiny_lut_file, monkeypatch, ctrl_c_after):
+    """search.theta_steps=3 runs three REINFORCE theta steps (each on its own theta batch)
+    after every weight step: three times the theta steps of the default, and a Ctrl-C between
+    two of them resumes to the same theta and weights."""
+    sets = {"search.mode": "hard", "search.alternation": "step",
+            "search.theta_estimator": "reinforce", "optim.theta.lr": 0.1}
+
+    def theta_steps(out):
+        state = load_checkpoint(out / "checkpoints/last.pt")["optimizers"]["theta"]["state"]
+        return int(float(next(iter(state.values()))["step"]))
+
+    run_search(small_config(tiny_lut_file, **sets), tmp_path / "one", echo=quiet)
+    cfg = small_config(tiny_lut_file, **sets, **{"search.theta_steps": 3})
+    run_search(cfg, tmp_path / "full", echo=quiet)
+    assert theta_steps(tmp_path / "full") == 3 * theta_steps(tmp_path / "one") > 0
+    ctrl_c_after(6)  # weights, theta x3, weights, then the first of the next three
+    assert run_search(cfg, tmp_path / "split", echo=quiet)["stopped"]
+    monkeypatch.undo()
+    run_search(cfg, tmp_path / "split", resume=True, echo=quiet)
+    same_state(load_checkpoint(tmp_path / "full/checkpoints/last.pt"),
+               load_checkpoint(tmp_path / "split/checkpoints/last.pt"))
+
+
 def test_sampled_transition_paths_train_and_resume_exactly(
         tmp_path, tiny_lut_file, monkeypatch, ctrl_c_after):
     """search.transition_paths=2: hard weight steps mix two drawn candidates of each
