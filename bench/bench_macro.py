@@ -9,8 +9,9 @@ bench_budget.cost_only_theta), look both up, and append one JSON line per search
 the oracle (best network within it) and the gap to it, the mean of the networks that fill
 90 to 100% of it, the control's key and accuracy, search minutes, and how decided theta is.
 With --rank N it also scores N random networks on the search's supernet weights (BN
-re-estimated for each) and prints Kendall tau of that one-shot accuracy, of predicted
-latency and of MACs against the true accuracy.
+re-estimated for each) and prints Kendall tau of that one-shot accuracy (on the val split
+the search's check sees, and on val and test pooled, three times the images), of predicted
+latency, of MACs and of NASWOT against the true accuracy.
 
 score: the same rows for search run directories made elsewhere (``fbnas train --target-ms``
 on ``nasbench_macro``), with the share of the space within their budget as the quantile.
@@ -68,10 +69,12 @@ def budgets(args, lat: dict[str, float]) -> list[tuple[float | None, float]]:
     return [(q, round(latency_quantile(lat, q) / 1000, 3)) for q in args.quantiles]
 
 
-def one_shot(run_dir: Path, keys: list[str]) -> list[dict]:
+def one_shot(run_dir: Path, keys: list[str], test: bool = False) -> list[dict]:
     """Val top-1 and cross-entropy of each network ``keys`` names on the supernet weights of
     the finished search in ``run_dir``, BN statistics re-estimated for each
-    (Search.evaluate)."""
+    (Search.evaluate). With ``test``, also ``top1_all`` and ``ce_all``: the same over the val
+    and test splits pooled (1,525 images on the subset against 508), which only a measurement
+    of the ranking may use: a search never sees the test split."""
     import torch
 
     from fbnas.config import from_saved
@@ -83,8 +86,17 @@ def one_shot(run_dir: Path, keys: list[str]) -> list[dict]:
     ckpt = load_checkpoint(paths.last, "search")
     cfg = from_saved(ckpt["config"])
     trainer = Search(cfg, paths, init_from_env("cpu"), torch.device("cpu"), ckpt)
-    return [trainer.evaluate(trainer.val_loader, path=trainer.net.path_of(ops_of(k)))
-            for k in keys]
+    out = []
+    for k in keys:
+        path = trainer.net.path_of(ops_of(k))
+        val = trainer.evaluate(trainer.val_loader, path=path)
+        if test and trainer.test_loader is not None:
+            t = trainer.evaluate(trainer.test_loader, path=path)
+            n = val["images"] + t["images"]
+            val.update({f"{f}_all": (val[f] * val["images"] + t[f] * t["images"]) / n
+                        for f in ("top1", "ce")})
+        out.append(val)
+    return out
 
 
 class Naswot:
@@ -118,7 +130,7 @@ def rank_correlations(args, run_dir: Path, truth, lut, budget_us: float, lat,
     near = sorted(k for k, v in lat.items() if 0.9 * budget_us <= v <= budget_us)
     if len(near) >= 3:  # a rank correlation of fewer networks says nothing
         sets["near_budget"] = random.Random(args.rank_seed + 1).sample(near, min(30, len(near)))
-    shot = one_shot(run_dir, [k for keys in sets.values() for k in keys])
+    shot = one_shot(run_dir, [k for keys in sets.values() for k in keys], test=True)
     out = {}
     for name, keys in sets.items():
         mine, shot = shot[:len(keys)], shot[len(keys):]
@@ -127,6 +139,9 @@ def rank_correlations(args, run_dir: Path, truth, lut, budget_us: float, lat,
         out[name] = {"networks": len(keys), **{
             what: round(float(kendalltau(v, true).statistic), 3) for what, v in
             (("one_shot", [m["top1"] for m in mine]), ("one_shot_ce", [-m["ce"] for m in mine]),
+             *((("one_shot_all", [m["top1_all"] for m in mine]),
+                ("one_shot_ce_all", [-m["ce_all"] for m in mine])) if "top1_all" in mine[0]
+               else ()),
              ("latency", [lat[k] for k in keys]), ("macs", macs), ("naswot", naswot(keys)))}}
     return out
 
@@ -306,7 +321,9 @@ def append_rows(args, rows) -> None:
         for name, r in row.get("rank", {}).items():
             print(f"  Kendall tau against the truth, {r['networks']} {name.replace('_', '-')} "
                   f"networks: one-shot accuracy {r['one_shot']:.3f}, one-shot CE "
-                  f"{r.get('one_shot_ce', float('nan')):.3f}, predicted latency "
+                  f"{r.get('one_shot_ce', float('nan')):.3f} (on val and test "
+                  f"{r.get('one_shot_all', float('nan')):.3f} and "
+                  f"{r.get('one_shot_ce_all', float('nan')):.3f}), predicted latency "
                   f"{r['latency']:.3f}, MACs {r['macs']:.3f}, NASWOT "
                   f"{r.get('naswot', float('nan')):.3f}", flush=True)
     print(f"appended to {results}")

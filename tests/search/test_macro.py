@@ -193,8 +193,10 @@ optim: {{theta: {{lr: 0.1}}}}
     assert row["gap"] == pytest.approx(row["oracle_accuracy"] - row["accuracy"])
     assert 0 < row["percentile"] <= 100 and row["within"] >= 1
     assert row["rank"]["random"]["networks"] == 5
-    assert set(row["rank"]["random"]) == {"networks", "one_shot", "one_shot_ce", "latency",
-                                          "macs", "naswot"}
+    # one-shot figures on the val split the check sees, and on val and test pooled
+    assert set(row["rank"]["random"]) == {"networks", "one_shot", "one_shot_ce", "one_shot_all",
+                                          "one_shot_ce_all", "latency", "macs", "naswot"}
+    assert all(-1 <= v <= 1 for k, v in row["rank"]["random"].items() if k != "networks")
     # each network the one-shot check scored, for the search and its control: key, top-1, CE
     for scored, pick in ((row["found_candidates"], row["found"]),
                          (row["control_candidates"], row["control"])):
