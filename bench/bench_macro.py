@@ -69,12 +69,9 @@ def budgets(args, lat: dict[str, float]) -> list[tuple[float | None, float]]:
     return [(q, round(latency_quantile(lat, q) / 1000, 3)) for q in args.quantiles]
 
 
-def one_shot(run_dir: Path, keys: list[str], test: bool = False) -> list[dict]:
-    """Val top-1 and cross-entropy of each network ``keys`` names on the supernet weights of
-    the finished search in ``run_dir``, BN statistics re-estimated for each
-    (Search.evaluate). With ``test``, also ``top1_all`` and ``ce_all``: the same over the val
-    and test splits pooled (1,525 images on the subset against 508), which only a measurement
-    of the ranking may use: a search never sees the test split."""
+def finished_search(run_dir: Path):
+    """The Search of the finished run in ``run_dir``, on its last weights and theta, on the
+    CPU."""
     import torch
 
     from fbnas.config import from_saved
@@ -84,14 +81,25 @@ def one_shot(run_dir: Path, keys: list[str], test: bool = False) -> list[dict]:
 
     paths = RunPaths(run_dir)
     ckpt = load_checkpoint(paths.last, "search")
-    cfg = from_saved(ckpt["config"])
-    trainer = Search(cfg, paths, init_from_env("cpu"), torch.device("cpu"), ckpt)
+    return Search(from_saved(ckpt["config"]), paths, init_from_env("cpu"), torch.device("cpu"),
+                  ckpt)
+
+
+def one_shot(run_dir: Path, keys: list[str], test: bool = False) -> list[dict]:
+    """Val top-1 and cross-entropy of each network ``keys`` names on the supernet weights of
+    the finished search in ``run_dir``, BN statistics re-estimated for each
+    (Search.evaluate_on). With ``test``, also ``top1_all`` and ``ce_all``: the same over the
+    val and test splits pooled (1,525 images on the subset against 508), under the same
+    re-estimation; only a measurement of the ranking may use them: a search never sees the
+    test split."""
+    trainer = finished_search(run_dir)
+    pooled = test and trainer.test_loader is not None
+    loaders = [trainer.val_loader] + ([trainer.test_loader] if pooled else [])
     out = []
     for k in keys:
-        path = trainer.net.path_of(ops_of(k))
-        val = trainer.evaluate(trainer.val_loader, path=path)
-        if test and trainer.test_loader is not None:
-            t = trainer.evaluate(trainer.test_loader, path=path)
+        val, *rest = trainer.evaluate_on(loaders, path=trainer.net.path_of(ops_of(k)))
+        if rest:
+            t = rest[0]
             n = val["images"] + t["images"]
             val.update({f"{f}_all": (val[f] * val["images"] + t[f] * t["images"]) / n
                         for f in ("top1", "ce")})
@@ -124,8 +132,6 @@ def rank_correlations(args, run_dir: Path, truth, lut, budget_us: float, lat,
     and over 30 random ones that spend 90 to 100% of the budget (where the search decides):
     of their one-shot accuracy, and for comparison of their predicted latency, their MACs and
     their training-free NASWOT score."""
-    from scipy.stats import kendalltau
-
     sets = {"random": random.Random(args.rank_seed).sample(sorted(lat), args.rank)}
     near = sorted(k for k, v in lat.items() if 0.9 * budget_us <= v <= budget_us)
     if len(near) >= 3:  # a rank correlation of fewer networks says nothing
@@ -137,7 +143,7 @@ def rank_correlations(args, run_dir: Path, truth, lut, budget_us: float, lat,
         true = [truth[k] for k in keys]
         macs = [lut.raw_sum(ops_of(k), "macs") for k in keys]
         out[name] = {"networks": len(keys), **{
-            what: round(float(kendalltau(v, true).statistic), 3) for what, v in
+            what: round(tau(v, true), 3) for what, v in
             (("one_shot", [m["top1"] for m in mine]), ("one_shot_ce", [-m["ce"] for m in mine]),
              *((("one_shot_all", [m["top1_all"] for m in mine]),
                 ("one_shot_ce_all", [-m["ce_all"] for m in mine])) if "top1_all" in mine[0]

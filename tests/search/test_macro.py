@@ -206,6 +206,14 @@ optim: {{theta: {{lr: 0.1}}}}
     assert "near_budget" not in row["rank"] or row["rank"]["near_budget"]["networks"] >= 3
     out = capsys.readouterr().out
     assert "Kendall tau" in out and ", NASWOT " in out and row["found"] in out
+    # one BN re-estimation serves both splits: each split scores as it does re-estimated alone
+    run = next(p for p in (tmp_path / "runs").iterdir() if p.is_dir())
+    search = b.finished_search(run)
+    path = search.net.path_of([l.candidates[0] for l in search.net.layers])
+    loaders = [search.val_loader, search.test_loader]
+    together = search.evaluate_on(loaders, path=path)
+    assert together == [search.evaluate(loader, path=path) for loader in loaders]
+    assert together[0]["images"] > 0 and together[1]["images"] > 0
     png = tmp_path / "macro.png"
     b.main(["report", *common, "--png", str(png), "--naswot-window"])
     assert png.stat().st_size > 0
