@@ -221,6 +221,8 @@ def recipe_of(cfg) -> str:
     (rows written before this say "default": 5 epochs, relaxed theta steps)."""
     s = cfg.search
     steps = f" ({s.theta_steps} a weight step)" if s.theta_steps > 1 else ""
+    if s.final_theta_steps and s.final_theta_steps != s.theta_steps:
+        steps += f" ({s.final_theta_steps} a weight step in the last epoch)"
     return f"{s.epochs} epochs, {s.theta_estimator} theta steps{steps}, check by {s.rerank_by}"
 
 

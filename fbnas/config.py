@@ -76,6 +76,9 @@ class SearchConfig:
     # forward pass of one network, so several fit where one weight step does: each draws
     # another network, and theta's gradient averages more of them
     theta_steps: int = 1
+    # theta steps after each weight step in the last epoch only (0: theta_steps): theta
+    # decides on the grown weights, where more steps throughout decide it on young ones
+    final_theta_steps: int = 0
     # what LAT is in the paper loss: table latency (us), multiply-adds (MACs) or parameters.
     # "flops" (2 per multiply-add) was the name before counts were MACs; only a saved config
     # still says it (see from_saved)
@@ -415,6 +418,11 @@ def validate(cfg: Config) -> Config:
     need(s.theta_steps == 1 or s.alternation == "step",
          "config key search.theta_steps applies to search.alternation: step; set "
          "search.alternation=step or search.theta_steps=1")
+    need(0 <= s.final_theta_steps <= 64, "config key search.final_theta_steps must be from 0 "
+         "to 64 (theta steps after each weight step of the last epoch; 0: search.theta_steps)")
+    need(s.final_theta_steps <= 1 or s.alternation == "step",
+         "config key search.final_theta_steps applies to search.alternation: step; set "
+         "search.alternation=step or search.final_theta_steps=0")
     need(s.recalibrate_images >= 0, "config key search.recalibrate_images must be >= 0")
     need(s.epochs >= 1, "config key search.epochs must be at least 1")
     need(cfg.warmup_epochs >= 0, "config key search.warmup_epochs must be >= 0")

@@ -402,7 +402,7 @@ class Search(Trainer):
                 return
             for b in group:
                 yield "weights", b
-            for _ in range(k * self.cfg.search.theta_steps):
+            for _ in range(k * self.theta_steps(epoch)):
                 try:
                     b = next(theta_iter)
                 except StopIteration:
@@ -417,7 +417,13 @@ class Search(Trainer):
         if self.cfg.search.alternation == "epoch":
             return nw + len(self.theta_loader)
         k = self.accumulate
-        return (1 + self.cfg.search.theta_steps) * (nw // k) * k
+        return (1 + self.theta_steps(epoch)) * (nw // k) * k
+
+    def theta_steps(self, epoch: int) -> int:
+        """Theta steps after each weight step in ``epoch`` (alternation: step)."""
+        s = self.cfg.search
+        return s.final_theta_steps if s.final_theta_steps and epoch == self.epochs - 1 \
+            else s.theta_steps
 
     def forward_loss(self, x: torch.Tensor, y: torch.Tensor, epoch: int, phase: str):
         s = self.cfg.search

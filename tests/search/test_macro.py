@@ -146,6 +146,21 @@ def bench():
     return mod
 
 
+def test_a_rows_recipe_names_what_decides_the_search():
+    """Rows of two settings never share a recipe name: theta steps and the last epoch's
+    theta steps show in it where they differ from the default."""
+    from fbnas.config import load_config
+
+    def recipe(*sets):
+        return bench().recipe_of(load_config(REPO / "configs" / "macro.yaml", list(sets)))
+
+    assert recipe() == "8 epochs, reinforce theta steps, check by naswot"
+    assert recipe("search.theta_steps=3") == \
+        "8 epochs, reinforce theta steps (3 a weight step), check by naswot"
+    assert recipe("search.final_theta_steps=4") == \
+        "8 epochs, reinforce theta steps (4 a weight step in the last epoch), check by naswot"
+
+
 CUT_SPACE = """
 name: macro_cut
 input: {channels: 3, resolution: 32}

@@ -160,9 +160,10 @@ def test_reinforce_theta_steps_with_uniform_paths_train_theta_and_resume_exactly
 
 def test_several_reinforce_theta_steps_per_weight_step_resume_exactly(
         tmp_path, tiny_lut_file, monkeypatch, ctrl_c_after):
-    """search.theta_steps=3 runs three REINFORCE theta steps (each on its own theta batch)
-    after every weight step: three times the theta steps of the default, and a Ctrl-C between
-    two of them resumes to the same theta and weights."""
+    """search.theta_steps=2 runs two REINFORCE theta steps (each on its own theta batch)
+    after every weight step, and search.final_theta_steps=3 three in the last epoch: five
+    halves of the default's theta steps over two epochs; a Ctrl-C between two theta steps of
+    the last epoch resumes to the same theta and weights."""
     sets = {"search.mode": "hard", "search.alternation": "step",
             "search.theta_estimator": "reinforce", "optim.theta.lr": 0.1}
 
@@ -171,11 +172,17 @@ def test_several_reinforce_theta_steps_per_weight_step_resume_exactly(
         return int(float(next(iter(state.values()))["step"]))
 
     run_search(small_config(tiny_lut_file, **sets), tmp_path / "one", echo=quiet)
-    cfg = small_config(tiny_lut_file, **sets, **{"search.theta_steps": 3})
+    n = theta_steps(tmp_path / "one") // 2  # weight steps an epoch
+    cfg = small_config(tiny_lut_file, **sets,
+                       **{"search.theta_steps": 2, "search.final_theta_steps": 3})
     run_search(cfg, tmp_path / "full", echo=quiet)
-    assert theta_steps(tmp_path / "full") == 3 * theta_steps(tmp_path / "one") > 0
-    ctrl_c_after(6)  # weights, theta x3, weights, then the first of the next three
+    assert theta_steps(tmp_path / "full") == 2 * n + 3 * n > 0
+    # the first epoch has 3n batches, so batch 3n + 2 is in the last: a weight step, then
+    # the first of its three theta steps
+    ctrl_c_after(3 * n + 2)
     assert run_search(cfg, tmp_path / "split", echo=quiet)["stopped"]
+    mid = load_checkpoint(tmp_path / "split/checkpoints/last.pt")
+    assert mid["epoch"] == 1 and mid["position"] == 3 * n + 2
     monkeypatch.undo()
     run_search(cfg, tmp_path / "split", resume=True, echo=quiet)
     same_state(load_checkpoint(tmp_path / "full/checkpoints/last.pt"),
