@@ -3,7 +3,7 @@
 An epoch is weights-only during the warm-up epochs, then either every weight batch followed
 by every theta batch (``alternation: epoch``, the paper) or ``accumulate`` weight
 micro-batches followed by ``theta_steps`` times ``accumulate`` theta micro-batches
-(``alternation: step``). The
+(``alternation: step``; ``final_theta_steps`` times in the last epoch where set). The
 weights minimise the cross-entropy, theta the latency-aware loss (fbnas/search/loss.py); each
 optimizer steps only its own parameters.
 
