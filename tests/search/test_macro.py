@@ -154,11 +154,12 @@ def test_a_rows_recipe_names_what_decides_the_search():
     def recipe(*sets):
         return bench().recipe_of(load_config(REPO / "configs" / "macro.yaml", list(sets)))
 
-    assert recipe() == "8 epochs, reinforce theta steps, check by naswot"
-    assert recipe("search.theta_steps=3") == \
-        "8 epochs, reinforce theta steps (3 a weight step), check by naswot"
-    assert recipe("search.final_theta_steps=4") == \
+    assert recipe() == \
         "8 epochs, reinforce theta steps (4 a weight step in the last epoch), check by naswot"
+    assert recipe("search.final_theta_steps=0") == \
+        "8 epochs, reinforce theta steps, check by naswot"
+    assert recipe("search.final_theta_steps=0", "search.theta_steps=3") == \
+        "8 epochs, reinforce theta steps (3 a weight step), check by naswot"
 
 
 CUT_SPACE = """
