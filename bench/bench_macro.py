@@ -97,9 +97,10 @@ def one_shot(run_dir: Path, keys: list[str], test: bool = False) -> list[dict]:
     loaders = [trainer.val_loader] + ([trainer.test_loader] if pooled else [])
     out = []
     for k in keys:
-        val, *rest = trainer.evaluate_on(loaders, path=trainer.net.path_of(ops_of(k)))
-        if rest:
-            t = rest[0]
+        figures = trainer.evaluate_on(loaders, path=trainer.net.path_of(ops_of(k)))
+        val = figures[0]
+        if pooled:
+            t = figures[1]
             n = val["images"] + t["images"]
             val.update({f"{f}_all": (val[f] * val["images"] + t[f] * t["images"]) / n
                         for f in ("top1", "ce")})
