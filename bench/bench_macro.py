@@ -7,7 +7,8 @@ cost-only control's (the same theta steps with the cross-entropy held constant, 
 bench_budget.cost_only_theta), look both up, and append one JSON line per search to
 --results: the found key, true accuracy, percentile among all networks within the budget,
 the oracle (best network within it) and the gap to it, the mean of the networks that fill
-90 to 100% of it, the control's key and accuracy, search minutes, and how decided theta is.
+90 to 100% of it, the control's key and accuracy, search minutes (with the CPU model and
+--jobs they were spent on), and how decided theta is.
 With --rank N it also scores N random networks on the search's supernet weights (BN
 re-estimated for each) and prints Kendall tau of that one-shot accuracy (on the val split
 the search's check sees, and on val and test pooled, three times the images), of predicted
@@ -20,7 +21,8 @@ report: the table of --results, a summary per recipe, what rules that need no se
 MACs within the budget, slowest within it; with --naswot-window the best NASWOT score among
 the networks that spend 90 to 100% of it) score at its budgets, and one picture:
 every network of the space as a grey point (true accuracy against predicted latency), the
-Pareto front, the budgets, found networks and controls.
+Pareto front, the budgets, found networks and controls. The same seed searches differently
+on another CPU model, so --cpu keeps the rows of one.
 
     python bench/bench_macro.py search --quantiles 0.2 0.4 0.6 0.8 --seeds 0 1 2
     python bench/bench_macro.py search --target-ms 1.8 --seeds 0 --rank 50
@@ -41,6 +43,7 @@ from pathlib import Path
 from fbnas.arch.space import load_space
 from fbnas.config import load_config
 from fbnas.latency.lut import load_lut
+from fbnas.latency.timing import cpu_model
 from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.search.checkpoint import load_search_checkpoint
 from fbnas.search.budget import top_in_window
@@ -163,7 +166,8 @@ def search_one(args, truth, lut, space, lat, naswot, quantile, budget_ms: float,
     out.parent.mkdir(parents=True, exist_ok=True)
     run_search(cfg, out, force=True, echo=log_to(out.parent / f"{out.name}.log"))
     row = score_run(args, out, truth, lut, space, lat, naswot)
-    return {"quantile": quantile, **row}
+    # where the search minutes were spent: this CPU, with --jobs searches side by side
+    return {"quantile": quantile, **row, "cpu": cpu_model(), "jobs": args.jobs}
 
 
 def score_run(args, out: Path, truth, lut, space, lat, naswot: Naswot) -> dict:
@@ -224,6 +228,9 @@ def recipe_of(cfg) -> str:
     steps = f" ({s.theta_steps} a weight step)" if s.theta_steps > 1 else ""
     if s.final_theta_steps and s.final_theta_steps != s.theta_steps:
         steps += f" ({s.final_theta_steps} a weight step in the last epoch)"
+    final_lr = cfg.optim.theta.final_lr
+    if final_lr is not None and final_lr != cfg.optim.theta.lr:
+        steps += f" (theta lr falling to {final_lr:g} over the last epoch)"
     return f"{s.epochs} epochs, {s.theta_estimator} theta steps{steps}, check by {s.rerank_by}"
 
 
@@ -490,6 +497,8 @@ def report(args) -> None:
     rows = read_rows(Path(args.results))
     if args.seeds is not None:
         rows = [r for r in rows if r["seed"] in args.seeds]
+    if args.cpu is not None:  # seeds give other searches on another CPU model: compare alike
+        rows = [r for r in rows if args.cpu.lower() in (r.get("cpu") or "").lower()]
     _, lut, truth, lat, naswot = setting(args)
     if args.rerank_by:  # each recorded check decided again by the other rule, beside it
         rows += [r for r in (redecided(r, args.rerank_by, truth, lut, lat, naswot)
@@ -517,6 +526,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=None,
                     help="search: the search seeds (default 0 1 2); report: only these seeds' "
                          "rows, so that recipes are compared on the same seeds")
+    ap.add_argument("--cpu", default=None,
+                    help="report: only rows searched on a CPU whose model name contains this "
+                         "(rows record it since 2026-11-27)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--jobs", type=int, default=1, help="searches at a time (threads split)")
     ap.add_argument("--rank", type=int, default=0,

@@ -188,6 +188,9 @@ class ThetaOptimConfig:
     weight_decay: float = 5e-4
     beta1: float = 0.9
     beta2: float = 0.999
+    # None: theta's rate stays lr throughout; a number: over the last epoch it falls along a
+    # cosine from lr to this, so that theta settles instead of flipping near-ties at the end
+    final_lr: Optional[float] = None
 
 
 @dataclass
@@ -469,6 +472,9 @@ def validate(cfg: Config) -> Config:
          "optim.weights.nesterov needs a momentum above 0: set optim.weights.momentum (e.g. "
          "0.9) or optim.weights.nesterov=false")
     need(ow.warmup_epochs >= 0, "config key optim.weights.warmup_epochs must be >= 0")
+    need(ot.final_lr is None or 0 <= ot.final_lr <= ot.lr,
+         f"config key optim.theta.final_lr must be from 0 to optim.theta.lr ({ot.lr:g}), got "
+         f"{ot.final_lr}; leave it unset (null) to keep theta's rate constant")
     for key, decay in (("optim.weights.weight_decay", ow.weight_decay),
                        ("optim.theta.weight_decay", ot.weight_decay)):
         need(0 <= decay <= FLOAT32_MAX, f"config key {key} must be >= 0, got {decay:g}")

@@ -5,7 +5,9 @@ by every theta batch (``alternation: epoch``, the paper) or ``accumulate`` weigh
 micro-batches followed by ``theta_steps`` times ``accumulate`` theta micro-batches
 (``alternation: step``; ``final_theta_steps`` times in the last epoch where set). The
 weights minimise the cross-entropy, theta the latency-aware loss (fbnas/search/loss.py); each
-optimizer steps only its own parameters.
+optimizer steps only its own parameters. The weights' rate follows a cosine over the run;
+theta's is constant, or under ``optim.theta.final_lr`` falls over the last epoch
+(fbnas/runs/schedule.py).
 
 After every epoch the search reports two scores on the val split: the supernet's (argmax
 layers, transition layers mixed by softmax(theta)) and the found network's, the one
@@ -33,6 +35,7 @@ from fbnas.latency.recorded import TABLE_COPY, table_copy
 from fbnas.runs.launch import launch
 from fbnas.runs.loaders import loader
 from fbnas.runs.rundir import resume_config
+from fbnas.runs.schedule import cosine_between
 from fbnas.runs.stats import StepFigures
 from fbnas.runs.trainer import Batch, Trainer
 from fbnas.search.checkpoint import check_search_parts
@@ -358,6 +361,20 @@ class Search(Trainer):
                 "candidates": [list(l.candidates) for l in self.net.layers],
                 "argmax_track": dict(self.argmax_track),
                 "reward_baseline": self.reward_baseline, "decision": self.decision}
+
+    def before_step(self, phase: str) -> None:
+        if phase == "theta":
+            lr = self.theta_lr(self.epoch, self.position)
+            for g in self.optimizers["theta"].param_groups:
+                g["lr"] = lr
+
+    def theta_lr(self, epoch: int, item: int) -> float:
+        """Theta's learning rate at plan item ``item`` of ``epoch``: ``optim.theta.lr``, or
+        in the last epoch, under ``optim.theta.final_lr``, a cosine from it down to that."""
+        ot = self.cfg.optim.theta
+        if ot.final_lr is None or epoch != self.epochs - 1:
+            return ot.lr
+        return cosine_between(ot.lr, ot.final_lr, item / self.plan_length(epoch))
 
     def after_step(self, phase: str) -> None:
         if phase != "theta":

@@ -9,6 +9,7 @@ import pytest
 from fbnas.arch.definition import build_model
 from fbnas.arch.space import load_space
 from fbnas.errors import FbnasError
+from fbnas.latency.timing import cpu_model
 from fbnas.search.groundtruth import (Truth, all_keys, judge, key_of, latency_quantile,
                                       load_truth, ops_of, pareto_front)
 from tests.conftest import REPO
@@ -147,8 +148,8 @@ def bench():
 
 
 def test_a_rows_recipe_names_what_decides_the_search():
-    """Rows of two settings never share a recipe name: theta steps and the last epoch's
-    theta steps show in it where they differ from the default."""
+    """Rows of two settings never share a recipe name: theta steps, the last epoch's theta
+    steps and theta's last-epoch rate show in it where they differ from the default."""
     from fbnas.config import load_config
 
     def recipe(*sets):
@@ -160,6 +161,9 @@ def test_a_rows_recipe_names_what_decides_the_search():
         "8 epochs, reinforce theta steps, check by naswot"
     assert recipe("search.final_theta_steps=0", "search.theta_steps=3") == \
         "8 epochs, reinforce theta steps (3 a weight step), check by naswot"
+    assert recipe("search.final_theta_steps=0", "optim.theta.final_lr=0") == \
+        "8 epochs, reinforce theta steps (theta lr falling to 0 over the last epoch), check " \
+        "by naswot"
 
 
 CUT_SPACE = """
@@ -205,6 +209,7 @@ optim: {{theta: {{lr: 0.1}}}}
     assert row["rerank_by"] == "top1"  # the search's own rule, recorded with its checks
     assert row["recipe"] == "2 epochs, relaxed theta steps, check by top1"  # no --recipe
     assert row["found_ms"] <= row["budget_ms"] and row["control_ms"] <= row["budget_ms"]
+    assert row["cpu"] == cpu_model() and row["jobs"] == 1  # where the minutes were spent
     assert row["accuracy"] == truth[row["found"]]
     assert row["gap"] == pytest.approx(row["oracle_accuracy"] - row["accuracy"])
     assert 0 < row["percentile"] <= 100 and row["within"] >= 1
@@ -244,6 +249,13 @@ optim: {{theta: {{lr: 0.1}}}}
     b.main(["report", *common, "--seeds", "7"])
     out = capsys.readouterr().out
     assert "| seed seven |" in out and "| 0 | " not in out and "1 searches, gap median" in out
+    # --cpu keeps the rows searched on one CPU model (the same seed searches otherwise there)
+    with results.open("a") as f:
+        f.write(json.dumps({**row, "cpu": "Other CPU 9000", "recipe": "elsewhere"}) + "\n")
+    b.main(["report", *common, "--cpu", "other cpu"])
+    out = capsys.readouterr().out
+    assert "| elsewhere |" in out and "1 searches, gap median" in out
+    assert "check by top1 |" not in out  # this machine's row
     # a search whose check decides by NASWOT records the scores and no one-shot figures
     b.main(["search", *common, "--quantiles", "0.5", "--seeds", "1", "--threads", "1",
             "--out", str(tmp_path / "runs"), "--set", "search.rerank_by=naswot"])

@@ -189,6 +189,42 @@ def test_several_reinforce_theta_steps_per_weight_step_resume_exactly(
                load_checkpoint(tmp_path / "split/checkpoints/last.pt"))
 
 
+def test_theta_rate_falls_over_the_last_epoch_only_and_resumes_exactly(
+        tmp_path, tiny_lut_file, monkeypatch, ctrl_c_after):
+    """optim.theta.final_lr: theta's rate stays optim.theta.lr until the last epoch, then
+    falls along a cosine to final_lr by its last step; a final_lr equal to the rate changes
+    nothing, and a Ctrl-C in the middle of the fall resumes to the same theta and weights."""
+    sets = {"search.mode": "hard", "search.alternation": "step",
+            "search.theta_estimator": "reinforce", "optim.theta.lr": 0.1}
+
+    def theta_lr(out):
+        return load_checkpoint(out / "checkpoints/last.pt")["optimizers"]["theta"][
+            "param_groups"][0]["lr"]
+
+    run_search(small_config(tiny_lut_file, **sets), tmp_path / "flat", echo=quiet)
+    run_search(small_config(tiny_lut_file, **sets, **{"optim.theta.final_lr": 0.1}),
+               tmp_path / "same", echo=quiet)
+    same_state(load_checkpoint(tmp_path / "flat/checkpoints/last.pt"),
+               load_checkpoint(tmp_path / "same/checkpoints/last.pt"))
+    cfg = small_config(tiny_lut_file, **sets, **{"optim.theta.final_lr": 0.0})
+    run_search(cfg, tmp_path / "full", echo=quiet)
+    assert 0 < theta_lr(tmp_path / "full") < 0.01
+    full = load_checkpoint(tmp_path / "full/checkpoints/last.pt")
+    flat = load_checkpoint(tmp_path / "flat/checkpoints/last.pt")
+    assert any(not torch.equal(a, b) for a, b in zip(full["theta"], flat["theta"]))
+    run_search(cfg, tmp_path / "split", stop_after=1, echo=quiet)
+    assert theta_lr(tmp_path / "split") == 0.1  # the first epoch at the constant rate
+    # each epoch alternates n weight and n theta steps; Ctrl-C a quarter into the last
+    n = int(float(next(iter(full["optimizers"]["theta"]["state"].values()))["step"])) // 2
+    ctrl_c_after(2 * (n // 4) + 1)
+    assert run_search(cfg, tmp_path / "split", resume=True, echo=quiet)["stopped"]
+    mid = load_checkpoint(tmp_path / "split/checkpoints/last.pt")
+    assert (mid["epoch"], mid["position"]) == (1, 2 * (n // 4) + 1) and n >= 4
+    monkeypatch.undo()
+    run_search(cfg, tmp_path / "split", resume=True, echo=quiet)
+    same_state(full, load_checkpoint(tmp_path / "split/checkpoints/last.pt"))
+
+
 def test_sampled_transition_paths_train_and_resume_exactly(
         tmp_path, tiny_lut_file, monkeypatch, ctrl_c_after):
     """search.transition_paths=2: hard weight steps mix two drawn candidates of each
