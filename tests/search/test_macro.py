@@ -156,12 +156,17 @@ def test_a_rows_recipe_names_what_decides_the_search():
         return bench().recipe_of(load_config(REPO / "configs" / "macro.yaml", list(sets)))
 
     assert recipe() == \
+        "8 epochs, reinforce theta steps (12 a weight step in the last epoch) (theta lr " \
+        "falling to 0 over the last epoch), check by naswot"
+    # the recipe before the anneal keeps its rows' name: a rate equal to lr is no anneal
+    assert recipe("search.final_theta_steps=4", "optim.theta.final_lr=0.05") == \
         "8 epochs, reinforce theta steps (4 a weight step in the last epoch), check by naswot"
-    assert recipe("search.final_theta_steps=0") == \
+    assert recipe("search.final_theta_steps=0", "optim.theta.final_lr=0.05") == \
         "8 epochs, reinforce theta steps, check by naswot"
-    assert recipe("search.final_theta_steps=0", "search.theta_steps=3") == \
+    assert recipe("search.final_theta_steps=0", "search.theta_steps=3",
+                  "optim.theta.final_lr=0.05") == \
         "8 epochs, reinforce theta steps (3 a weight step), check by naswot"
-    assert recipe("search.final_theta_steps=0", "optim.theta.final_lr=0") == \
+    assert recipe("search.final_theta_steps=0") == \
         "8 epochs, reinforce theta steps (theta lr falling to 0 over the last epoch), check " \
         "by naswot"
 
