@@ -22,7 +22,7 @@ MACs within the budget, slowest within it; with --naswot-window the best NASWOT 
 the networks that spend 90 to 100% of it) score at its budgets, and one picture:
 every network of the space as a grey point (true accuracy against predicted latency), the
 Pareto front, the budgets, found networks and controls. The same seed searches differently
-on another CPU model, so --cpu keeps the rows of one.
+on another CPU model, so --cpu keeps the rows of one; --recipe keeps one recipe's rows.
 
     python bench/bench_macro.py search --quantiles 0.2 0.4 0.6 0.8 --seeds 0 1 2
     python bench/bench_macro.py search --target-ms 1.8 --seeds 0 --rank 50
@@ -499,6 +499,8 @@ def report(args) -> None:
         rows = [r for r in rows if r["seed"] in args.seeds]
     if args.cpu is not None:  # seeds give other searches on another CPU model: compare alike
         rows = [r for r in rows if args.cpu.lower() in (r.get("cpu") or "").lower()]
+    if args.recipe is not None:  # one recipe's rows alone, as the README's table and picture
+        rows = [r for r in rows if r["recipe"] == args.recipe]
     _, lut, truth, lat, naswot = setting(args)
     if args.rerank_by:  # each recorded check decided again by the other rule, beside it
         rows += [r for r in (redecided(r, args.rerank_by, truth, lut, lat, naswot)
@@ -518,8 +520,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("runs", nargs="*", help="score: finished search run directories")
     ap.add_argument("--config", default="configs/macro.yaml")
     ap.add_argument("--set", action="append", default=[], help="extra config key=value")
-    ap.add_argument("--recipe", default=None, help="a name for the settings --set makes "
-                    "(default: epochs, theta estimator and check rule, from the config)")
+    ap.add_argument("--recipe", default=None, help="search: a name for the settings --set "
+                    "makes (default: epochs, theta estimator and check rule, from the config); "
+                    "report: keep only the rows of this recipe")
     ap.add_argument("--quantiles", type=float, nargs="+", default=[0.2, 0.4, 0.6, 0.8])
     ap.add_argument("--target-ms", type=float, nargs="+", default=None,
                     help="budgets in ms, instead of --quantiles")

@@ -261,6 +261,11 @@ optim: {{theta: {{lr: 0.1}}}}
     out = capsys.readouterr().out
     assert "| elsewhere |" in out and "1 searches, gap median" in out
     assert "check by top1 |" not in out  # this machine's row
+    # --recipe keeps one recipe's rows, as the README's table and picture show them
+    b.main(["report", *common, "--recipe", "seed seven"])
+    out = capsys.readouterr().out
+    assert "| seed seven |" in out and "| elsewhere |" not in out
+    assert "1 searches, gap median" in out
     # a search whose check decides by NASWOT records the scores and no one-shot figures
     b.main(["search", *common, "--quantiles", "0.5", "--seeds", "1", "--threads", "1",
             "--out", str(tmp_path / "runs"), "--set", "search.rerank_by=naswot"])
