@@ -50,6 +50,41 @@ def test_keys_encode_both_ways_and_look_up_the_benchmark():
         ops_of("0132")
 
 
+def test_networks_one_skip_apart_in_order_are_one_network_in_the_benchmark():
+    """same_network joins keys that differ only in where an identity skip sits within a run
+    of equal-shape layers; the benchmark trained those once (each class has one accuracy),
+    and the 6,561 keys are 3,969 networks: 9 x 21 x 21 over the three stages."""
+    from fbnas.search.budget import same_network
+
+    raw = require_benchmark()
+    space = load_space("nasbench_macro")
+    classes: dict = {}
+    for key, entry in raw.items():
+        classes.setdefault(same_network(space, ops_of(key)), set()).add(entry["mean_acc"])
+    assert len(classes) == 3969
+    assert all(len(accuracies) == 1 for accuracies in classes.values())
+    same = same_network(space, ops_of("22211101"))
+    assert same == same_network(space, ops_of("22211110"))
+    assert same != same_network(space, ops_of("22211011"))  # the transition layer holds
+    assert same_network(space, ops_of("10000000")) != same_network(space, ops_of("01000000"))
+
+
+def test_the_checks_networks_are_distinct_networks():
+    """top_in_window on the bundled table lists k networks of which no two are the same
+    network, the first still ops_in_window's, even where theta favours skip at every layer."""
+    from fbnas.latency.lut import load_lut
+    from fbnas.search.budget import ops_in_window, same_network, top_in_window
+
+    space = load_space("nasbench_macro")
+    lut = load_lut(REPO / "lookup_tables" / "nasbench_macro_ort.json")
+    budget = 2069.0  # µs: the bench's budget at the 60th percentile of the space
+    for probs in ([[0.2, 0.5, 0.3]] * 8, [[0.5, 0.3, 0.2]] * 8):
+        got = top_in_window(lut, space, probs, budget, 0.9, 8)
+        assert got[0] == ops_in_window(lut, space, probs, budget, 0.9)
+        assert len(got) == 8 and all(lut.predict(o) <= budget for o in got)
+        assert len({same_network(space, o) for o in got}) == 8
+
+
 def test_a_file_that_is_not_the_benchmark_is_refused(tmp_path):
     (tmp_path / "b.json").write_text(json.dumps({"01": {"mean_acc": 50.0}}))
     with pytest.raises(FbnasError, match="holds 1 networks"):
