@@ -35,6 +35,12 @@ class Layer:
     def out_hw(self) -> tuple[int, int]:
         return out_size(self.h, self.stride), out_size(self.w, self.stride)
 
+    @property
+    def transition(self) -> bool:
+        """A new stride or width: no identity path here (a ``skip`` is a projection, a block
+        has no residual); elsewhere a ``skip`` is the identity."""
+        return self.stride != 1 or self.c_in != self.c_out
+
 
 def _pos_int(value: Any, field: str, limit: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

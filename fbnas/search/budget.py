@@ -573,9 +573,9 @@ POOL = 4
 def same_network(space, ops: Sequence[str]) -> tuple:
     """A key two architectures share exactly when they build the same network.
 
-    A ``skip`` in a layer of stride 1 with as many channels out as in is the identity, and a
-    run of such layers keeps one shape throughout, so within a run only the order of the
-    other ops matters: ``k3_e3 skip`` and ``skip k3_e3`` there are one network, with the
+    A ``skip`` off a transition layer (``Layer.transition``) is the identity, and a run of
+    such layers keeps one shape throughout, so within a run only the order of the other ops
+    matters: ``k3_e3 skip`` and ``skip k3_e3`` there are one network, with the
     same weights to train and the same latency (NAS-Bench-Macro lists them with one
     accuracy). Without this key the one-shot check's 8 networks held such pairs in 9 of 12
     NAS-Bench-Macro searches, and compared fewer networks than it was asked to.
@@ -583,7 +583,7 @@ def same_network(space, ops: Sequence[str]) -> tuple:
     key: list = []
     run: list[str] = []
     for layer, op in zip(space.layers, ops):
-        if layer.stride == 1 and layer.c_in == layer.c_out:
+        if not layer.transition:
             run.append(op)
             continue
         key += _run_key(run)

@@ -94,7 +94,7 @@ class MixedOp(nn.Module):
                                      for op in self.candidates)
         # A transition layer (new stride or width) has no identity path: every candidate
         # replaces the representation with one of its own, unrelated to the others' at init.
-        self.transition = layer.stride != 1 or layer.c_in != layer.c_out
+        self.transition = layer.transition
         self.soft_transition = soft_transition and self.transition
         # mix a sampled K of the candidates there instead of all (0: all)
         self.mix_k = transition_paths if 1 < transition_paths < len(self.candidates) else 0
