@@ -220,12 +220,19 @@ def score_run(args, out: Path, truth, lut, space, lat, naswot: Naswot) -> dict:
     return row
 
 
+#: theta's rate in every row named by recipe_of before it named the rate (configs/demo.yaml's,
+#: which configs/macro.yaml inherits); another rate is named, so that those rows keep their names
+UNNAMED_THETA_LR = 0.05
+
+
 def recipe_of(cfg) -> str:
     """A row's recipe where --recipe names none: what decides the search, read from its own
     config, so that rows of two settings never share a name when a config file changes
     (rows written before this say "default": 5 epochs, relaxed theta steps)."""
     s = cfg.search
     steps = f" ({s.theta_steps} a weight step)" if s.theta_steps > 1 else ""
+    if cfg.optim.theta.lr != UNNAMED_THETA_LR:
+        steps += f" (theta lr {cfg.optim.theta.lr:g})"
     if s.final_theta_steps and s.final_theta_steps != s.theta_steps:
         steps += f" ({s.final_theta_steps} a weight step in the last epoch)"
     final_lr = cfg.optim.theta.final_lr

@@ -184,7 +184,7 @@ def bench():
 
 def test_a_rows_recipe_names_what_decides_the_search():
     """Rows of two settings never share a recipe name: theta steps, the last epoch's theta
-    steps and theta's last-epoch rate show in it where they differ from the default."""
+    steps, theta's rate and its last-epoch rate show in it where they differ from the default."""
     from fbnas.config import load_config
 
     def recipe(*sets):
@@ -204,6 +204,10 @@ def test_a_rows_recipe_names_what_decides_the_search():
     assert recipe("search.final_theta_steps=0") == \
         "8 epochs, reinforce theta steps (theta lr falling to 0 over the last epoch), check " \
         "by naswot"
+    # a slower theta is a recipe of its own, though its steps and anneal are the bundled ones
+    assert recipe("optim.theta.lr=0.025", "search.final_theta_steps=24") == \
+        "8 epochs, reinforce theta steps (theta lr 0.025) (24 a weight step in the last " \
+        "epoch) (theta lr falling to 0 over the last epoch), check by naswot"
 
 
 CUT_SPACE = """
