@@ -251,7 +251,8 @@ optim: {{theta: {{lr: 0.1}}}}
     row = json.loads(results.read_text())
     assert row["quantile"] == 0.5 and row["seed"] == 0 and len(row["found"]) == 2
     assert row["rerank_by"] == "top1"  # the search's own rule, recorded with its checks
-    assert row["recipe"] == "2 epochs, relaxed theta steps, check by top1"  # no --recipe
+    # no --recipe: named from the config, its theta rate (not the bundled 0.05) included
+    assert row["recipe"] == "2 epochs, relaxed theta steps (theta lr 0.1), check by top1"
     assert row["found_ms"] <= row["budget_ms"] and row["control_ms"] <= row["budget_ms"]
     assert row["cpu"] == cpu_model() and row["jobs"] == 1  # where the minutes were spent
     assert row["accuracy"] == truth[row["found"]]
