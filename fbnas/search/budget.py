@@ -504,6 +504,11 @@ def ops_in_window(lut, space, probs, budget_us: float, floor: float,
     return ops if floor * budget_us <= lut.predict(ops) <= budget_us else plain
 
 
+#: top_in_window's grid keeps this many times the networks asked for, so that the list is
+#: still full after equivalent networks are dropped
+POOL = 4
+
+
 def top_in_window(lut, space, probs, budget_us: float, floor: float, k: int,
                   warn: Warn = warn_stderr) -> list[list[str]]:
     """Up to ``k`` architectures, most probable first, whose predicted latency lies between
@@ -511,14 +516,14 @@ def top_in_window(lut, space, probs, budget_us: float, floor: float, k: int,
     or ``floor`` is 0); the first is always :func:`ops_in_window`'s answer, and no two are the
     same network (:func:`same_network`): the most probable of equivalent ones stands for them.
 
-    The same grid program as :func:`ops_in_window`, keeping the ``k`` best partial networks
-    of every latency cell instead of one: these are the candidates a search's one-shot check
-    (``search.rerank``) compares.
+    The same grid program as :func:`ops_in_window`, keeping the ``POOL * k`` best partial
+    networks of every latency cell instead of one: these are the candidates a search's
+    one-shot check (``search.rerank``) compares.
     """
     first = ops_in_window(lut, space, probs, budget_us, floor, warn)
     if k <= 1:
         return [first]
-    wanted, k = k, k * POOL  # room for the equivalent networks dropped below
+    pool = k * POOL  # room for the equivalent networks dropped below
     costs = _layer_costs(lut, space)
     fixed = lut.fixed_cost()
     high = raw_limit(lut, budget_us) - fixed
@@ -530,31 +535,31 @@ def top_in_window(lut, space, probs, budget_us: float, floor: float, k: int,
     if floor <= 0 or lo_cell > hi_cell or lut.predict(first) < floor * budget_us:
         lo_cell = 0  # nothing reaches the floor: as ops_in_window, the whole budget
     n = hi_cell + 1
-    best = np.full((n, k), -np.inf)
+    best = np.full((n, pool), -np.inf)
     best[0, 0] = 0.0
     steps = []
     for c, p in zip(costs, probs):
         w = [int(round(x / cell)) for x in c]
         lp = [math.log(float(x)) if x > 0 else -1e9 for x in p]
-        options = np.full((n, len(w), k), -np.inf)
+        options = np.full((n, len(w), pool), -np.inf)
         for i, (wi, li) in enumerate(zip(w, lp)):
             if wi < n:
                 options[wi:, i, :] = best[:n - wi] + li
         flat = options.reshape(n, -1)
-        order = np.argsort(-flat, axis=1, kind="stable")[:, :k]
+        order = np.argsort(-flat, axis=1, kind="stable")[:, :pool]
         best = np.take_along_axis(flat, order, axis=1)
         steps.append((order, w))
     window = best[lo_cell:]
-    ranked = np.argsort(-window, axis=None, kind="stable")[:k]
+    ranked = np.argsort(-window, axis=None, kind="stable")[:pool]
     found, seen = [first], {same_network(space, first)}
     for flat_at in ranked:
-        at, rank = divmod(int(flat_at), k)
+        at, rank = divmod(int(flat_at), pool)
         at += lo_cell
         if not np.isfinite(best[at, rank]):
             break
         path = []
         for order, w in reversed(steps):
-            i, rank = divmod(int(order[at, rank]), k)
+            i, rank = divmod(int(order[at, rank]), pool)
             path.append(i)
             at -= w[i]
         ops = [layer.candidates[i] for layer, i in zip(space.layers, reversed(path))]
@@ -562,12 +567,7 @@ def top_in_window(lut, space, probs, budget_us: float, floor: float, k: int,
         if key not in seen and lut.predict(ops) <= budget_us:
             found.append(ops)
             seen.add(key)
-    return found[:wanted]
-
-
-#: top_in_window's grid keeps this many times the networks asked for, so that the list is
-#: still full after equivalent networks are dropped
-POOL = 4
+    return found[:k]
 
 
 def same_network(space, ops: Sequence[str]) -> tuple:
