@@ -46,11 +46,10 @@ from fbnas.latency.lut import load_lut
 from fbnas.latency.timing import cpu_model
 from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.search.checkpoint import load_search_checkpoint
-from fbnas.search.budget import top_in_window
 from fbnas.search.groundtruth import (all_keys, judge, key_of, latency_quantile, load_truth,
                                       ops_of, pareto_front)
 from fbnas.search.naswot import data_images, score_architectures
-from fbnas.search.oneshot_check import RULES, choose, needs
+from fbnas.search.oneshot_check import RULES, checked_networks, choose, needs
 from fbnas.search.run import run_search
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -182,23 +181,27 @@ def score_run(args, out: Path, truth, lut, space, lat, naswot: Naswot) -> dict:
     floor = cfg.loss.target_floor if args.floor is None else args.floor
     k = cfg.search.rerank if args.rerank is None else args.rerank
     by = cfg.search.rerank_by if args.rerank_by is None else args.rerank_by
+    alt = (cfg.search.rerank_alternatives if args.alternatives is None
+           else args.alternatives == "yes")
     control_probs = cost_only_theta(cfg, space, lut, theta_steps_taken(raw))
-    own_rule = args.floor is None and args.rerank is None and by == cfg.search.rerank_by
+    own_rule = (args.floor is None and args.rerank is None and args.alternatives is None
+                and by == cfg.search.rerank_by)
     if ck.decision is not None and own_rule:
         found = ck.decision  # the search's own one-shot check
         found_scored = [scored_entry(c["ops"], c.get("val_top1"), c.get("val_ce"),
                                      c.get("naswot")) for c in raw["decision"]["candidates"]]
     else:
-        found, found_scored = decide(out, lut, space, ck.probs, budget_us, floor, k, by, naswot)
+        found, found_scored = decide(out, lut, space, ck.probs, budget_us, floor, k, by, naswot,
+                                     alt)
     # the control decides as the search does: its k most probable networks, scored one-shot
     # on the search's weights where k > 1, so that only theta differs
     control, control_scored = decide(out, lut, space, control_probs, budget_us, floor, k, by,
-                                     naswot)
+                                     naswot, alt)
     v, c = (judge(truth, lat, budget_us, key_of(ops)) for ops in (found, control))
     row = {
         "budget_ms": ck.budget.ms, "floor": floor, "rerank": k if k > 1 else 0, "rerank_by": by,
-        "seed": cfg.run.seed, "config": args.config,
-        "sets": args.set, "recipe": args.recipe or recipe_of(cfg),
+        "seed": cfg.run.seed, "config": args.config, "sets": args.set,
+        "recipe": args.recipe or recipe_of(cfg, alt),
         "found": key_of(found), "found_ms": round(lut.predict(found) / 1000, 4),
         "accuracy": round(v.accuracy, 3), "percentile": round(v.percentile, 1),
         "oracle": v.oracle, "oracle_accuracy": round(v.oracle_accuracy, 3),
@@ -225,7 +228,7 @@ def score_run(args, out: Path, truth, lut, space, lat, naswot: Naswot) -> dict:
 UNNAMED_THETA_LR = 0.05
 
 
-def recipe_of(cfg) -> str:
+def recipe_of(cfg, alternatives: bool = False) -> str:
     """A row's recipe where --recipe names none: what decides the search, read from its own
     config, so that rows of two settings never share a name when a config file changes
     (rows written before this say "default": 5 epochs, relaxed theta steps)."""
@@ -238,16 +241,17 @@ def recipe_of(cfg) -> str:
     final_lr = cfg.optim.theta.final_lr
     if final_lr is not None and final_lr != cfg.optim.theta.lr:
         steps += f" (theta lr falling to {final_lr:g} over the last epoch)"
-    return f"{s.epochs} epochs, {s.theta_estimator} theta steps{steps}, check by {s.rerank_by}"
+    check = f"check by {s.rerank_by}" + (" with per-layer alternatives" if alternatives else "")
+    return f"{s.epochs} epochs, {s.theta_estimator} theta steps{steps}, {check}"
 
 
 def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: int,
-           by: str, naswot: Naswot) -> tuple[list[str], list[list]]:
+           by: str, naswot: Naswot, alternatives: bool = False) -> tuple[list[str], list[list]]:
     """The network a search with theta ``probs`` returns: the most probable within the
     window, or with ``k`` > 1 the best by rule ``by`` (search.rerank_by) of the ``k`` most
     probable, scored as Search.rerank scores them (one-shot on ``run_dir``'s weights where the
     rule needs it); and each checked network's record (scored_entry)."""
-    options = top_in_window(lut, space, probs, budget_us, floor, max(k, 1))
+    options = checked_networks(lut, space, probs, budget_us, floor, k, alternatives)
     if len(options) == 1:
         return options[0], []
     keys = [key_of(ops) for ops in options]
@@ -550,6 +554,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rerank-by", choices=RULES, default=None,
                     help="decide by this search.rerank_by instead of the search's; report: "
                          "add each recorded check decided again by it")
+    ap.add_argument("--alternatives", choices=["yes", "no"], default=None,
+                    help="score: check each layer's alternatives too "
+                         "(search.rerank_alternatives), or not, whatever the search did")
     ap.add_argument("--floor", type=float, default=None,
                     help="decide with this loss.target_floor instead of the search's")
     ap.add_argument("--truth", default=TRUTH, help="NAS-Bench-Macro folder or file")

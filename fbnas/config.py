@@ -138,6 +138,9 @@ class SearchConfig:
     # the network's MACs among the checked ones, or the training-free NASWOT score of a fresh
     # copy of each, which needs no one-shot pass (fbnas/search/oneshot_check.py)
     rerank_by: str = _choices("top1", "top1_and_macs", "naswot", default="top1")
+    # also check, for each layer and candidate, the most probable network within the window
+    # that uses it there: a layer theta settled early is then checked too (oneshot_check.py)
+    rerank_alternatives: bool = False
 
 
 @dataclass

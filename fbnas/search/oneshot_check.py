@@ -1,4 +1,5 @@
-"""The one-shot check's choice: which of theta's most probable networks a search keeps.
+"""The one-shot check: which networks a search compares after its last epoch, and which one
+it keeps.
 
 After the last epoch of a search under a budget, the ``search.rerank`` most probable networks
 within the budget's window are scored one-shot (val top-1 on the supernet's weights, BN
@@ -29,6 +30,8 @@ are checked, so the search decides the list and the score only orders it.
 
 from __future__ import annotations
 
+import numpy as np
+
 #: the values of ``search.rerank_by``: the figures whose ranks each rule sums (the first
 #: breaks ties)
 RULES = {"top1": ("top1",), "top1_and_macs": ("top1", "macs"), "naswot": ("naswot",)}
@@ -52,3 +55,58 @@ def choose(rule: str, **figures: list[float]) -> int:
 
     ranks = sum(rankdata(v) for v in used)
     return max(n, key=lambda i: (ranks[i], used[0][i], -i))
+
+
+def checked_networks(lut, space, probs, budget_us: float, floor: float, k: int,
+                     alternatives: bool = False) -> list[list[str]]:
+    """The networks the check compares, most probable first: theta's ``k`` most probable
+    different networks within the budget's window (:func:`~fbnas.search.budget.top_in_window`)
+    and, with ``alternatives`` (``search.rerank_alternatives``), after them
+    :func:`per_layer_alternatives`."""
+    from fbnas.search.budget import same_network, top_in_window
+
+    listed = top_in_window(lut, space, probs, budget_us, floor, max(k, 1))
+    if not alternatives or k <= 1:
+        return listed
+    seen = {same_network(space, ops) for ops in listed}
+    for ops in per_layer_alternatives(lut, space, probs, budget_us, floor):
+        key = same_network(space, ops)
+        if key not in seen:
+            listed.append(ops)
+            seen.add(key)
+    return listed
+
+
+def per_layer_alternatives(lut, space, probs, budget_us: float,
+                           floor: float) -> list[list[str]]:
+    """For each layer and each of its candidates, the most probable network within the
+    budget's window that uses that candidate there (where one does), layer by layer.
+
+    Why: theta's most probable networks differ mostly where theta is least sure, so a layer
+    it committed early is the same in all of them, and a mistake there cannot be checked.
+    On NAS-Bench-Macro that layer was the first: its largest block at 32x32 is the costliest
+    place for it, and on young weights the latency term can push theta off it for good
+    (every oracle of the bench's four budgets has it, some searches put ``k3_e3`` there and
+    lost up to 1.5 points). One network per (layer, candidate), each the best theta allows
+    around that one change, puts every such decision before the check once.
+    """
+    from fbnas.search.budget import ops_in_window
+
+    # the window as the check's list has it: where theta's best network cannot reach the
+    # floor, the whole budget
+    low = floor * budget_us
+    if lut.predict(ops_in_window(lut, space, probs, budget_us, floor, warn=_quiet)) < low:
+        low = 0.0
+    found = []
+    for i, layer in enumerate(space.layers):
+        for j, op in enumerate(layer.candidates):
+            forced = [np.asarray(p, dtype=float) for p in probs]
+            forced[i] = np.eye(len(layer.candidates))[j]
+            ops = ops_in_window(lut, space, forced, budget_us, floor, warn=_quiet)
+            if ops[i] == op and low <= lut.predict(ops) <= budget_us:
+                found.append(ops)
+    return found
+
+
+def _quiet(_message: str) -> None:
+    """Warnings of the window searches above, dropped: the search's own answer reports them."""

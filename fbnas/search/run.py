@@ -41,7 +41,7 @@ from fbnas.runs.trainer import Batch, Trainer
 from fbnas.search.checkpoint import check_search_parts
 from fbnas.search.health import search_warnings, skip_count
 from fbnas.search.loss import multiplier_step, paper_loss, target_loss
-from fbnas.search.oneshot_check import RULES, choose, needs
+from fbnas.search.oneshot_check import RULES, checked_networks, choose, needs
 from fbnas.search.pictures import progress_chart, theta_heatmap, write_png
 from fbnas.search.supernet import Supernet, recalibrated_bn
 from fbnas.search.table import copy_table
@@ -317,11 +317,9 @@ class Search(Trainer):
         k, rule = self.cfg.search.rerank, self.cfg.search.rerank_by
         if self.budget is None or k <= 1 or self.val_loader is None:
             return None
-        from fbnas.search.budget import top_in_window
-
         probs = self.probabilities_np()
-        options = top_in_window(self.lut, self.space, probs, self.budget.us, self.budget.floor,
-                                k)
+        options = checked_networks(self.lut, self.space, probs, self.budget.us,
+                                   self.budget.floor, k, self.cfg.search.rerank_alternatives)
         scored = [{"ops": ops, "macs": self.lut.raw_sum(ops, "macs")} for ops in options]
         if needs(rule, "naswot"):
             from fbnas.search.naswot import data_images, score_architectures

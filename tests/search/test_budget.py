@@ -464,3 +464,36 @@ def test_sample_hard_returns_the_searchs_one_shot_pick_at_its_budget(tmp_path, s
     other = read_json(run / "arch.json", "arch")["architectures"]["other"]
     assert [b["op"] for b in other["blocks"]] == ["k3_e3"] * len(space.layers)
     assert other["sampling"]["method"] == "argmax_under_budget"
+
+
+def test_per_layer_alternatives_are_the_most_probable_networks_using_each_candidate(space):
+    """Against brute force: for each layer and candidate, a network in the window using that
+    candidate there, as probable as the most probable such network clear of the grid's
+    margins (where one has a probability above 0); the check's list holds theta's
+    k networks first and every alternative as a distinct network after them."""
+    from fbnas.search.budget import same_network
+    from fbnas.search.oneshot_check import checked_networks, per_layer_alternatives
+
+    lut, archs, pred = window_setting(space, "shipped")
+    for theta_name, probs, lp in window_thetas(space, archs):
+        for budget in budgets(lut, archs)[3:-2]:
+            floor = 0.9
+            margin = 0.5 * len(space.layers) * budget / 20_000 * 3
+            clear = [i for i in range(len(archs))
+                     if floor * budget + margin <= pred[i] <= budget - margin]
+            if not clear:
+                continue
+            got = per_layer_alternatives(lut, space, probs, budget, floor)
+            assert all(floor * budget <= lut.predict(o) <= budget for o in got)
+            for li, layer in enumerate(space.layers):
+                for op in layer.candidates:
+                    using = [lp[i] for i in clear if archs[i][li] == op and lp[i] > -math.inf]
+                    mine = [logp_of(space, probs, o) for o in got if o[li] == op]
+                    if using:
+                        assert mine and max(mine) >= max(using) - 1e-9, (theta_name, budget)
+            listed = checked_networks(lut, space, probs, budget, floor, 4, alternatives=True)
+            top = checked_networks(lut, space, probs, budget, floor, 4)
+            assert listed[:len(top)] == top
+            keys = [same_network(space, o) for o in listed]
+            assert len(set(keys)) == len(keys)
+            assert {same_network(space, o) for o in got} <= set(keys)

@@ -315,3 +315,12 @@ optim: {{theta: {{lr: 0.1}}}}
                          (row["control_candidates"], row["control"])):
         assert all(top1 is None and ce is None for _, top1, ce, _ in scored)
         assert not scored or pick == max(scored, key=lambda c: c[3])[0]
+    # score --alternatives yes decides the finished search again with each layer's
+    # alternatives checked too: the same networks first, and the recipe says so
+    naswot_run = sorted((tmp_path / "runs").glob("*s1"))[-1]
+    b.main(["score", str(naswot_run), *common, "--alternatives", "yes"])
+    again = json.loads(results.read_text().splitlines()[-1])
+    assert again["recipe"].endswith("check by naswot with per-layer alternatives")
+    before = [c[0] for c in row["found_candidates"]]
+    checked = [c[0] for c in again["found_candidates"]] or [again["found"]]  # [] if one
+    assert checked[:len(before)] == before
