@@ -577,7 +577,8 @@ class Search(Trainer):
         if "rerank_moved" in r:
             by = {"top1": "one-shot", "top1_and_macs": "one-shot and MACs",
                   "naswot": "NASWOT"}[self.cfg.search.rerank_by]
-            found += (f" (best {by} of the {self.cfg.search.rerank} most probable: "
+            also = " and per-layer alternatives" if self.cfg.search.rerank_alternatives else ""
+            found += (f" (best {by} of the {self.cfg.search.rerank} most probable{also}: "
                       f"#{r['rerank_moved'] + 1})")
         return [f"tau {r['temperature']:.3f}", found,
                 f"expected {format_cost(r['cost_expected'], metric)}, max p "

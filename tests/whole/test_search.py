@@ -441,6 +441,16 @@ def test_budget_search_ends_with_a_one_shot_check_of_its_most_probable_networks(
     run_search(naswot, tmp_path / "nw2", echo=quiet)
     again = load_checkpoint(tmp_path / "nw2/checkpoints/last.pt")["decision"]["candidates"]
     assert [x["naswot"] for x in again] == [x["naswot"] for x in c]
+    # search.rerank_alternatives: the same 3 first, then each layer's alternatives
+    run_search(small_config(tiny_lut_file, **sets, **{
+        "search.rerank": 3, "search.rerank_by": "naswot", "search.rerank_alternatives": True}),
+        tmp_path / "alt", echo=quiet)
+    d = load_checkpoint(tmp_path / "alt/checkpoints/last.pt")["decision"]
+    assert [x["ops"] for x in d["candidates"][:3]] == [x["ops"] for x in c]
+    assert d["rank"] == max(range(len(d["candidates"])),
+                            key=lambda i: (d["candidates"][i]["naswot"], -i))
+    assert "best NASWOT of the 3 most probable and per-layer alternatives" in (
+        tmp_path / "alt/train.log").read_text()
 
 
 def test_a_search_on_a_space_file_resumes_from_another_folder(tmp_path, tiny_lut_file,
