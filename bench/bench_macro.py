@@ -249,8 +249,9 @@ def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: 
            by: str, naswot: Naswot, alternatives: bool = False) -> tuple[list[str], list[list]]:
     """The network a search with theta ``probs`` returns: the most probable within the
     window, or with ``k`` > 1 the best by rule ``by`` (search.rerank_by) of the ``k`` most
-    probable, scored as Search.rerank scores them (one-shot on ``run_dir``'s weights where the
-    rule needs it); and each checked network's record (scored_entry)."""
+    probable (and, with ``alternatives``, each layer's alternatives: checked_networks), scored
+    as Search.rerank scores them (one-shot on ``run_dir``'s weights where the rule needs it);
+    and each checked network's record (scored_entry)."""
     options = checked_networks(lut, space, probs, budget_us, floor, k, alternatives)
     if len(options) == 1:
         return options[0], []

@@ -100,8 +100,7 @@ def per_layer_alternatives(lut, space, probs, budget_us: float,
     found = []
     for i, layer in enumerate(space.layers):
         for j, op in enumerate(layer.candidates):
-            forced = [np.asarray(p, dtype=float) for p in probs]
-            forced[i] = np.eye(len(layer.candidates))[j]
+            forced = [*probs[:i], np.eye(len(layer.candidates))[j], *probs[i + 1:]]
             ops = ops_in_window(lut, space, forced, budget_us, floor, warn=_quiet)
             if ops[i] == op and low <= lut.predict(ops) <= budget_us:
                 found.append(ops)

@@ -304,7 +304,8 @@ class Search(Trainer):
     CHECK_KEYS = {"top1": "val_top1", "macs": "macs", "naswot": "naswot"}
 
     def rerank(self) -> dict | None:
-        """Score the ``search.rerank`` most probable networks within the budget's window by
+        """Score the ``search.rerank`` most probable networks within the budget's window (and,
+        with ``search.rerank_alternatives``, each layer's alternatives) by
         what ``search.rerank_by`` uses (one-shot: val top-1 on the supernet's weights, BN
         re-estimated for each; MACs; the training-free NASWOT score) and pick the best
         (fbnas/search/oneshot_check.py); ties go to the more probable. None where there is
