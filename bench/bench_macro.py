@@ -241,6 +241,11 @@ def recipe_of(cfg, alternatives: bool = False) -> str:
     final_lr = cfg.optim.theta.final_lr
     if final_lr is not None and final_lr != cfg.optim.theta.lr:
         steps += f" (theta lr falling to {final_lr:g} over the last epoch)"
+    lo = cfg.loss
+    if lo.target_penalty == "multiplier":
+        steps += f" (multiplier penalty, lr {lo.multiplier_lr:g})"
+    elif lo.target_weight != 1.0:
+        steps += f" (penalty weight {lo.target_weight:g})"
     check = f"check by {s.rerank_by}" + (" with per-layer alternatives" if alternatives else "")
     return f"{s.epochs} epochs, {s.theta_estimator} theta steps{steps}, {check}"
 

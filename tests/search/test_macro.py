@@ -184,7 +184,8 @@ def bench():
 
 def test_a_rows_recipe_names_what_decides_the_search():
     """Rows of two settings never share a recipe name: theta steps, the last epoch's theta
-    steps, theta's rate and its last-epoch rate show in it where they differ from the default."""
+    steps, theta's rate and its last-epoch rate, and the budget's penalty show in it where they
+    differ from the default."""
     from fbnas.config import load_config
 
     def recipe(*sets):
@@ -208,6 +209,12 @@ def test_a_rows_recipe_names_what_decides_the_search():
     assert recipe("optim.theta.lr=0.025", "search.final_theta_steps=24") == \
         "8 epochs, reinforce theta steps (theta lr 0.025) (24 a weight step in the last " \
         "epoch) (theta lr falling to 0 over the last epoch), check by naswot"
+    # so is how the budget is held: a multiplier, or another weight of the absolute penalty
+    anneal = "(12 a weight step in the last epoch) (theta lr falling to 0 over the last epoch)"
+    assert recipe("loss.target_penalty=multiplier") == \
+        f"8 epochs, reinforce theta steps {anneal} (multiplier penalty, lr 0.1), check by naswot"
+    assert recipe("loss.target_weight=0.3") == \
+        f"8 epochs, reinforce theta steps {anneal} (penalty weight 0.3), check by naswot"
 
 
 CUT_SPACE = """
