@@ -134,7 +134,8 @@ def budget(args) -> None:
         "target_ms": args.target_ms, "config": args.config, "sets": args.set,
         "loss": {"target_on": cfg.loss.target_on, "target_weight": cfg.loss.target_weight,
                  "target_penalty": cfg.loss.target_penalty,
-                 "multiplier_lr": cfg.loss.multiplier_lr},
+                 "multiplier_lr": cfg.loss.multiplier_lr,
+                 "multiplier_pace": cfg.loss.multiplier_pace},
         "theta_relaxation": cfg.search.theta_relaxation, "floor": budget.floor,
         "theta_estimator": cfg.search.theta_estimator, "rerank_by": cfg.search.rerank_by,
         "retrain_zero_init": cfg.retrain.zero_init_residual,
@@ -169,12 +170,14 @@ def budget(args) -> None:
 def recipe(row: dict) -> str:
     """The budget loss a row was searched with. Rows from before the record named a part
     used what was the default then: the sampled network's latency with weight 0.2, the
-    absolute penalty, Gumbel theta steps, the weights' lr 0.1, and retrained networks whose
-    residual blocks started at unit scale and whose gradients were not clipped."""
+    absolute penalty (or a multiplier moved at a fixed pace), Gumbel theta steps, the
+    weights' lr 0.1, and retrained networks whose residual blocks started at unit scale and
+    whose gradients were not clipped."""
     lo = row.get("loss", {"target_on": "sample", "target_weight": 0.2})
     lr = row.get("weights_lr", 0.1)
     if lo.get("target_penalty", "absolute") == "multiplier":
         text = f"LAT of {lo['target_on']}, multiplier lr {lo['multiplier_lr']:g}"
+        text += " at theta's pace" if lo.get("multiplier_pace", "fixed") == "theta" else ""
     else:
         text = f"LAT of {lo['target_on']}, w {lo['target_weight']:g}"
     if row.get("theta_relaxation", "gumbel") != "gumbel":

@@ -243,7 +243,8 @@ def recipe_of(cfg, alternatives: bool = False) -> str:
         steps += f" (theta lr falling to {final_lr:g} over the last epoch)"
     lo = cfg.loss
     if lo.target_penalty == "multiplier":
-        steps += f" (multiplier penalty, lr {lo.multiplier_lr:g})"
+        pace = " at theta's pace" if lo.multiplier_pace == "theta" else ""
+        steps += f" (multiplier penalty, lr {lo.multiplier_lr:g}{pace})"
     elif lo.target_weight != 1.0:
         steps += f" (penalty weight {lo.target_weight:g})"
     check = f"check by {s.rerank_by}" + (" with per-layer alternatives" if alternatives else "")

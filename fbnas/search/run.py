@@ -83,12 +83,13 @@ def search_loss(cfg: Config, budget: Budget | None, ce: torch.Tensor, cost: torc
     return paper_loss(ce, cost, lo.alpha, lo.beta)
 
 
-def next_multiplier(cfg: Config, budget: Budget, net, multiplier: float) -> float:
+def next_multiplier(cfg: Config, budget: Budget, net, multiplier: float,
+                    pace: float = 1.0) -> float:
     """The multiplier after a theta step: dual ascent on the argmax network's latency, the
     network whose latency the penalty charges (and, under ``target_on: sample``, still the
-    one the search is steered by)."""
+    one the search is steered by), at ``pace`` times ``loss.multiplier_lr``."""
     return multiplier_step(multiplier, net.cost_of(net.argmax_ops()), budget.us,
-                           cfg.loss.multiplier_lr)
+                           cfg.loss.multiplier_lr * pace)
 
 
 def penalised_cost(cfg: Config, net, cost: torch.Tensor) -> torch.Tensor:
@@ -379,11 +380,26 @@ class Search(Trainer):
         if phase != "theta":
             return
         if uses_multiplier(self.cfg):
-            self.multiplier = next_multiplier(self.cfg, self.budget, self.net, self.multiplier)
+            self.multiplier = next_multiplier(self.cfg, self.budget, self.net, self.multiplier,
+                                              self.multiplier_pace())
         track, ops = self.argmax_track, self.net.argmax_ops()
         track["steps"] += 1
         if ops != track["ops"]:
             track.update(ops=ops, changed=track["steps"])
+
+    def multiplier_pace(self) -> float:
+        """The multiplier's step this theta step, as a share of ``loss.multiplier_lr``.
+
+        Under ``multiplier_pace: theta`` it is theta's rate over ``optim.theta.lr`` divided by
+        the theta steps a weight step over ``search.theta_steps``: 1 wherever theta runs at
+        its base pace, and in a last epoch with more theta steps at a falling rate, the same
+        push per weight step, falling with the rate. A multiplier moved at full pace there
+        keeps growing once theta can no longer move the argmax across the budget, and its
+        push then flips the layers still undecided (docs/search.md, Loss)."""
+        if self.cfg.loss.multiplier_pace == "fixed":
+            return 1.0
+        rate = self.theta_lr(self.epoch, self.position) / self.cfg.optim.theta.lr
+        return rate * self.cfg.search.theta_steps / self.theta_steps(self.epoch)
 
     def argmax_stable(self) -> float | None:
         """The share of this epoch's theta steps, counted back from its end, over which the

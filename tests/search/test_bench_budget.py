@@ -54,6 +54,9 @@ def test_recipe_names_what_differs_from_the_old_defaults():
              "theta_relaxation": "softmax", "retrain_zero_init": True}
     assert b.recipe(newer) == ("LAT of argmax, multiplier lr 0.2, theta steps softmax, "
                                "weights lr 0.05")
+    paced = {**newer, "loss": {**newer["loss"], "multiplier_pace": "theta"}}
+    assert b.recipe(paced) == ("LAT of argmax, multiplier lr 0.2 at theta's pace, theta steps "
+                               "softmax, weights lr 0.05")
     clipped = {**newer, "retrain_clip": 2.0}
     assert b.recipe(clipped) == ("LAT of argmax, multiplier lr 0.2, theta steps softmax, "
                                  "retrains clipped at 2, weights lr 0.05")

@@ -225,6 +225,40 @@ def test_theta_rate_falls_over_the_last_epoch_only_and_resumes_exactly(
     same_state(full, load_checkpoint(tmp_path / "split/checkpoints/last.pt"))
 
 
+@pytest.mark.parametrize("pace", ["theta", "fixed"])
+def test_multiplier_moves_at_theta_pace_in_an_annealed_last_epoch(
+        tmp_path, tiny_lut_file, tiny_lut_data, monkeypatch, pace):
+    """loss.multiplier_pace=theta: the multiplier's step is multiplier_lr wherever theta runs
+    at its base rate, and in a last epoch of 3 theta steps a weight step with theta's rate
+    falling to 0, a third of it times the falling rate, so it settles as theta does instead
+    of running away; multiplier_pace=fixed keeps the full step throughout."""
+    import fbnas.search.run as search_run
+
+    paces, step = [], search_run.next_multiplier
+
+    def recorded(cfg, budget, net, multiplier, pace=1.0):
+        paces.append((len(paces), pace))
+        return step(cfg, budget, net, multiplier, pace)
+
+    monkeypatch.setattr(search_run, "next_multiplier", recorded)
+    cfg = small_config(tiny_lut_file, **{
+        "loss.form": "target", "loss.target_ms": round(1.2 * _fastest_ms(tiny_lut_data), 6),
+        "loss.target_penalty": "multiplier", "loss.multiplier_pace": pace,
+        "search.mode": "hard", "search.alternation": "step", "search.final_theta_steps": 3,
+        "search.theta_estimator": "reinforce", "optim.theta.final_lr": 0.0})
+    run_search(cfg, tmp_path / "run", echo=quiet)
+    values = [p for _, p in paces]
+    first = len(values) // 4  # n steps in the first epoch, 3n in the last
+    assert first >= 4 and len(values) == 4 * first
+    assert values[:first] == [1.0] * first
+    last = values[first:]
+    if pace == "fixed":
+        assert last == [1.0] * len(last)
+    else:
+        assert last[0] == pytest.approx(1 / 3, rel=0.01) and 0 <= last[-1] < 0.05
+        assert all(a >= b for a, b in zip(last, last[1:]))
+
+
 def test_sampled_transition_paths_train_and_resume_exactly(
         tmp_path, tiny_lut_file, monkeypatch, ctrl_c_after):
     """search.transition_paths=2: hard weight steps mix two drawn candidates of each
