@@ -169,11 +169,12 @@ class LossConfig:
     # (see fbnas/search/budget.py, ops_in_window); 0: the most probable one under T
     target_floor: float = 0.9
     multiplier_lr: float = 0.1
-    # how fast the multiplier moves: "theta" scales its step by theta's current rate over
-    # optim.theta.lr and divides it among the extra theta steps of the last epoch, so it
-    # settles as theta does; "fixed" moves it by multiplier_lr every theta step, and as the
-    # rate falls to zero it runs away and pushes the last undecided layers (docs/search.md)
-    multiplier_pace: str = _choices("theta", "fixed", default="theta")
+    # how fast the multiplier moves: "fixed" moves it by multiplier_lr every theta step, so as
+    # theta's rate falls to zero it runs away and pushes the layers still undecided; "theta"
+    # scales its step by theta's current rate over optim.theta.lr and divides it among the
+    # extra theta steps of the last epoch, so it settles as theta does. On NAS-Bench-Macro
+    # "theta" decided theta in every search but found worse networks (docs/search.md, Loss)
+    multiplier_pace: str = _choices("fixed", "theta", default="fixed")
 
 
 #: the largest finite float32: rates and decays become float32 factors in the optimizers
@@ -527,8 +528,7 @@ _RENAMED = {("search", "cost"): {"flops": "macs"}}
 _ADDED = {("loss", "target_on"): "sample", ("retrain", "zero_init_residual"): False,
           ("search", "theta_relaxation"): "gumbel", ("retrain", "clip_grad_norm"): 0.0,
           ("loss", "target_floor"): 0.0, ("retrain", "memory_format"): "contiguous",
-          ("search", "rerank"): 0, ("search", "rerank_by"): "top1",
-          ("loss", "multiplier_pace"): "fixed"}
+          ("search", "rerank"): 0, ("search", "rerank_by"): "top1"}
 
 
 def from_saved(values: dict) -> Config:

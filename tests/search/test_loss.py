@@ -178,15 +178,6 @@ def test_runs_saved_before_target_on_resume_as_they_ran():
     assert from_saved(saved).loss.target_on == "sample"
 
 
-def test_multiplier_runs_saved_before_its_pace_resume_at_the_fixed_pace():
-    from fbnas.config import from_saved, load_config
-
-    saved = load_config(None, ["loss.target_penalty=multiplier"]).to_dict()
-    assert saved["loss"]["multiplier_pace"] == "theta"
-    del saved["loss"]["multiplier_pace"]
-    assert from_saved(saved).loss.multiplier_pace == "fixed"
-
-
 def test_searches_saved_before_theta_relaxation_resume_with_gumbel_theta_steps():
     from fbnas.config import from_saved, load_config
 
