@@ -1,26 +1,31 @@
 """Training speed against the runtime's floor: a retrain step per path, and a theta step.
 
 Retrain steps (forward, label-smoothed CE, backward, gradient clip, SGD with momentum) of two
-networks, each path timed in one process, interleaved round by round in alternating order so
-that load from other processes hits every path alike; medians after a warm-up:
+networks, each path in a process of its own (so that each has its own allocator settings),
+timed interleaved round by round in alternating order so that load from other processes hits
+every path alike; medians after a warm-up:
 
   found-1.8ms  the 1.8 ms network of bench/results/budget.jsonl (fbnet_cifar), 32 px, batch 64
   fbnet_c      FBNet-C (fbnet_imagenet), 224 px, batch 16
 
-Paths: ``nchw`` (fp32, the default memory format: how retrains ran before
-``retrain.memory_format``), ``channels_last`` (fp32, today's default),
-``channels_last-folded`` (fp32, expansion BNs folded into their 1x1 convs where
-:func:`fbnas.arch.folded_bn.fold_pays` says: ``retrain.fold_bn: true``), ``nchw-bf16`` and
-``channels_last-bf16`` (``run.precision: bf16``; only where the CPU has native bfloat16, or
-with --bf16), and with --compile ``compiled``
-(channels_last, fp32, torch.compile; its compile time is printed apart). The floor is the
-same network's forward time in ONNX Runtime at the same batch and threads, times 3: a training
-step's forward, backward and update cost about three forwards.
+Paths, named by their parts: the memory format (``nchw``, the default one: how retrains ran
+before ``retrain.memory_format``; ``channels_last``, today's), then ``folded`` (expansion BNs
+folded into their 1x1 convs where :func:`fbnas.arch.folded_bn.fold_pays` says:
+``retrain.fold_bn: true``), ``bf16`` (``run.precision: bf16``; only where the CPU has native
+bfloat16, or with --bf16) and ``kept`` (freed memory kept in the heap:
+``run.keep_freed_memory``, :func:`fbnas.machine.keep_freed_memory`). ``nchw`` and
+``channels_last`` run on glibc's default allocator, as retrains did before
+``run.keep_freed_memory``; ``channels_last-kept`` is today's default, ``nchw-kept`` shows what
+keeping alone gains, and the options are timed on top of today's default:
+``channels_last-folded-kept``, ``nchw-bf16-kept``, ``channels_last-bf16-kept``, and with
+--compile ``compiled-kept`` (channels_last, fp32, torch.compile; its compile time is printed
+apart). The floor is the same network's forward time in ONNX Runtime at the same batch and
+threads, times 3: a training step's forward, backward and update cost about three forwards.
 
 Theta steps of the fast fbnet_cifar supernet in hard mode, weights frozen as a theta step
-freezes them: ``relaxed`` (every candidate of every layer runs, weighted by the
-straight-through sample: today's default), and ``reinforce`` with 1 and 2 sampled paths (one
-network each, no gradient through the weights).
+freezes them, freed memory kept as a search keeps it: ``relaxed`` (every candidate of every
+layer runs, weighted by the straight-through sample: today's default), and ``reinforce``
+with 1 and 2 sampled paths (one network each, no gradient through the weights).
 
 Rows are appended to --results (bench/results/speed.jsonl) with the CPU model and threads.
 
@@ -31,7 +36,9 @@ Rows are appended to --results (bench/results/speed.jsonl) with the CPU model an
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import multiprocessing
 import statistics
 import time
 from datetime import datetime, timezone
@@ -46,9 +53,10 @@ from fbnas.arch.space import load_space
 from fbnas.latency.lut import load_lut
 from fbnas.latency.measure import measure_latency
 from fbnas.latency.timing import cpu_model, set_threads
-from fbnas.machine import native_bf16
+from fbnas.machine import keep_freed_memory, native_bf16
 
-PATHS = ("nchw", "channels_last", "channels_last-folded", "nchw-bf16", "channels_last-bf16")
+PATHS = ("nchw", "nchw-kept", "channels_last", "channels_last-kept", "channels_last-folded-kept",
+         "nchw-bf16-kept", "channels_last-bf16-kept")
 
 
 def networks(args) -> dict[str, tuple[dict, int]]:
@@ -75,13 +83,14 @@ class Step:
         torch.manual_seed(0)
         self.net = Network(defn)
         self.net.zero_init_residual()
-        self.cl = path.startswith("channels_last") or path == "compiled"
-        self.bf16 = path.endswith("bf16")
+        parts = path.split("-")
+        self.cl = parts[0] in ("channels_last", "compiled")
+        self.bf16 = "bf16" in parts
         if self.cl:
             self.net.to(memory_format=torch.channels_last)
-        if path.endswith("folded"):
+        if "folded" in parts:
             self.net.fold_batch_norm()
-        self.model = torch.compile(self.net) if path == "compiled" else self.net
+        self.model = torch.compile(self.net) if parts[0] == "compiled" else self.net
         self.opt = torch.optim.SGD(self.net.parameters(), lr=0.01, momentum=0.9,
                                    weight_decay=1e-4)
         x = torch.randn(self.net.input_shape(batch))
@@ -97,44 +106,85 @@ class Step:
         self.opt.step()
 
 
+class Worker:
+    """A path's :class:`Step` in a process of its own, run ``n`` steps at a time on request.
+
+    Why a process each: ``run.keep_freed_memory`` sets the allocator for a whole process, so
+    the paths before it and after it cannot share one and both be what they claim."""
+
+    def __init__(self, defn: dict, batch: int, path: str, threads: int):
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, theirs = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(theirs, defn, batch, path, threads),
+                                daemon=True)
+        self.proc.start()
+        self.setup_s = self.conn.recv()  # build (and for "compiled", compile) before timing
+
+    def __call__(self, n: int) -> float:
+        self.conn.send(n)
+        return self.conn.recv()
+
+    def close(self) -> None:
+        self.conn.send(0)
+        self.proc.join()
+
+
+def _serve(conn, defn: dict, batch: int, path: str, threads: int) -> None:
+    set_threads(threads)
+    if "kept" in path.split("-"):
+        keep_freed_memory()
+    t0 = time.perf_counter()
+    step = Step(defn, batch, path)
+    if path.startswith("compiled"):  # the first calls compile forward and backward
+        step()
+        step()
+    conn.send(time.perf_counter() - t0)
+    while n := conn.recv():
+        conn.send(timed(step, n))
+
+
+def timed(fn, n: int) -> float:
+    """Seconds per call of ``fn`` over ``n`` calls."""
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n
+
+
 def interleaved(steps: dict, rounds: int, per_round: int, warmup: int) -> dict[str, float]:
-    """Median seconds per call of each callable, timed in interleaved, alternating rounds."""
+    """Median seconds per step of each ``steps[name](n)`` (which runs n steps and returns the
+    seconds per step), timed in interleaved, alternating rounds."""
     for fn in steps.values():
-        for _ in range(warmup):
-            fn()
+        fn(warmup)
     times = {name: [] for name in steps}
     order = list(steps)
     for r in range(rounds):
         for name in (order if r % 2 == 0 else order[::-1]):
-            t0 = time.perf_counter()
-            for _ in range(per_round):
-                steps[name]()
-            times[name].append((time.perf_counter() - t0) / per_round)
+            times[name].append(steps[name](per_round))
     return {name: statistics.median(v) for name, v in times.items()}
 
 
 def retrain_rows(args) -> list[dict]:
     rows = []
     for name, (defn, batch) in networks(args).items():
-        paths = [p for p in PATHS if native_bf16() or args.bf16 or not p.endswith("bf16")]
-        paths += ["compiled"] if args.compile else []
-        steps = {}
-        for p in paths:
-            t0 = time.perf_counter()
-            steps[p] = Step(defn, batch, p)
-            if p == "compiled":  # the first calls compile forward and backward
-                steps[p]()
-                steps[p]()
-                print(f"{name}: torch.compile took {time.perf_counter() - t0:.0f} s")
-        sec = interleaved(steps, args.rounds, args.steps, warmup=2)
+        paths = [p for p in PATHS if native_bf16() or args.bf16 or "bf16" not in p.split("-")]
+        paths += ["compiled-kept"] if args.compile else []
+        steps = {p: Worker(defn, batch, p, args.threads) for p in paths}
+        if args.compile:
+            print(f"{name}: torch.compile took {steps['compiled-kept'].setup_s:.0f} s")
+        try:
+            sec = interleaved(steps, args.rounds, args.steps, warmup=2)
+        finally:
+            for w in steps.values():
+                w.close()
         ort, _ = measure_latency(defn, args.threads, batch, rounds=args.ort_rounds,
                                  runtime="onnxruntime")
         floor = 3 * ort["median"] / 1e6
         base = sec["nchw"]
         print(f"\n{name}, batch {batch}, {args.threads} thread(s): training step")
-        print(f"{'path':<20}{'ms/step':>10}{'images/s':>10}{'vs nchw':>9}{'vs floor':>10}")
+        print(f"{'path':<26}{'ms/step':>10}{'images/s':>10}{'vs nchw':>9}{'vs floor':>10}")
         for p, s in [*sec.items(), ("ort forward x 3", floor)]:
-            print(f"{p:<20}{s * 1e3:>10.1f}{batch / s:>10.1f}{base / s:>8.2f}x{s / floor:>9.2f}x")
+            print(f"{p:<26}{s * 1e3:>10.1f}{batch / s:>10.1f}{base / s:>8.2f}x{s / floor:>9.2f}x")
             rows.append({"what": "retrain step", "network": name, "batch": batch, "path": p,
                          "ms": round(s * 1e3, 2), "images_per_s": round(batch / s, 1),
                          "vs_nchw": round(base / s, 3), "vs_floor": round(s / floor, 3)})
@@ -142,7 +192,9 @@ def retrain_rows(args) -> list[dict]:
 
 
 def theta_rows(args) -> list[dict]:
-    """Seconds per theta step of the fast supernet in hard mode, weights frozen."""
+    """Seconds per theta step of the fast supernet in hard mode, weights frozen, in this
+    process with its freed memory kept, as a search keeps it (run.keep_freed_memory)."""
+    keep_freed_memory()
     from fbnas.search.reinforce import log_probability, sample_paths, surrogate
     from fbnas.search.supernet import Supernet
 
@@ -171,8 +223,9 @@ def theta_rows(args) -> list[dict]:
         return step
 
     net.train()
-    sec = interleaved({"relaxed": relaxed, "reinforce-1": reinforce(1),
-                       "reinforce-2": reinforce(2)}, args.rounds, args.steps, warmup=2)
+    steps = {"relaxed": relaxed, "reinforce-1": reinforce(1), "reinforce-2": reinforce(2)}
+    sec = interleaved({name: functools.partial(timed, fn) for name, fn in steps.items()},
+                      args.rounds, args.steps, warmup=2)
     print(f"\nfbnet_cifar fast supernet, hard mode, batch {args.theta_batch}: theta step")
     rows = []
     for p, s in sec.items():

@@ -241,6 +241,10 @@ class RunConfig:
     # without native bf16 (AVX512_BF16 or AMX), and measured slower even with AMX on the
     # bundled spaces' networks, see docs/retrain.md, Speed
     precision: str = _choices("fp32", "bf16", default="fp32")
+    # keep freed memory in the process heap for the next step instead of returning it to the
+    # kernel (glibc on Linux): steps stop paying page faults for their large tensors, the
+    # process keeps its peak memory; results are unchanged (fbnas.machine.keep_freed_memory)
+    keep_freed_memory: bool = True
 
 
 @dataclass

@@ -17,6 +17,7 @@ import torch
 
 from fbnas.config import Config
 from fbnas.errors import FbnasError
+from fbnas.machine import keep_freed_memory
 from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.runs.dist import DistInfo, init_from_env, peer_failed, run_on_main, shutdown
 from fbnas.runs.logs import run_log
@@ -64,6 +65,8 @@ def launch(trainer_cls: type[Trainer], cfg: Config, out: str | Path, resume: boo
     lock = None
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
+    if cfg.run.keep_freed_memory:
+        keep_freed_memory()
     info = init_from_env("cuda" if cfg.run.device == "cuda" or
                          (cfg.run.device == "auto" and torch.cuda.is_available()) else "cpu")
     try:

@@ -2,6 +2,7 @@
 latency -> summary -> export, on the tiny space and the real CIFAR-10 subset."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -174,6 +175,28 @@ def test_retrain_fold_bn_changes_rounding_only(tmp_path):
                               rtol=1e-3, atol=1e-4), k
     a, b = folded["history"][-1], plain["history"][-1]
     assert abs(a["weights_ce"] - b["weights_ce"]) < 1e-4
+
+
+def test_kept_memory_changes_no_result(tmp_path):
+    """run.keep_freed_memory serves tensors from reused heap memory instead of fresh zeroed
+    pages: each setting's retrain, in a fresh process of its own, ends on the same weights
+    to the bit (nothing reads memory it did not write)."""
+    import subprocess
+    import sys
+
+    def weights(keep: str) -> dict:
+        code = ("import sys; from pathlib import Path; from tests.whole.test_chain import "
+                "_retrain_tiny; _retrain_tiny(Path(sys.argv[1]), 'r', sys.argv[2])")
+        out = tmp_path / keep
+        out.mkdir()
+        subprocess.run([sys.executable, "-c", code, str(out),
+                        f"run.keep_freed_memory={keep}"], check=True,
+                       cwd=Path(__file__).resolve().parents[2])
+        return load_checkpoint(out / "r")["model"]
+
+    kept, released = weights("true"), weights("false")
+    assert kept.keys() == released.keys()
+    assert all(torch.equal(kept[k], released[k]) for k in kept)
 
 
 def test_retrain_in_bf16_trains_like_fp32(tmp_path):
