@@ -118,6 +118,7 @@ class Worker:
         self.proc = ctx.Process(target=_serve, args=(theirs, defn, batch, path, threads),
                                 daemon=True)
         self.proc.start()
+        theirs.close()  # so that a worker that dies ends recv() with EOFError, not a hang
         self.setup_s = self.conn.recv()  # build (and for "compiled", compile) before timing
 
     def __call__(self, n: int) -> float:
