@@ -5,8 +5,12 @@ networks, each path in a process of its own (so that each has its own allocator 
 timed interleaved round by round in alternating order so that load from other processes hits
 every path alike; medians after a warm-up:
 
-  found-1.8ms  the 1.8 ms network of bench/results/budget.jsonl (fbnet_cifar), 32 px, batch 64
+  found-1.8ms  a 1.8 ms network found on fbnet_cifar (FOUND_18 below), 32 px, batch 64
+  found-Xms    the found network of bench/results/budget.jsonl's last row at X ms
   fbnet_c      FBNet-C (fbnet_imagenet), 224 px, batch 16
+
+Each retrain row records the found network's ops, so that rows of two networks are told
+apart.
 
 Paths, named by their parts: the memory format (``nchw``, the default one: how retrains ran
 before ``retrain.memory_format``; ``channels_last``, today's), then ``folded`` (expansion BNs
@@ -59,20 +63,32 @@ PATHS = ("nchw", "nchw-kept", "channels_last", "channels_last-kept", "channels_l
          "nchw-bf16-kept", "channels_last-bf16-kept")
 
 
-def networks(args) -> dict[str, tuple[dict, int]]:
-    """name -> (model definition, batch) of each network --networks names."""
+#: the 1.8 ms network every row of found-1.8ms since 2026-11-28 times: the found network of
+#: budget.jsonl's 2026-11-26 8-epoch search at 1.8 ms, then the file's last row at 1.8 ms.
+#: Pinned because that last row moves whenever a new 1.8 ms row is appended.
+FOUND_18 = ("k5_e1 k3_e3 k3_e1 k3_e3 k5_e1 k3_e6 k3_e1_g2 k3_e3 k3_e1 k3_e6 k5_e1_g2 k5_e1 "
+            "k5_e1 k3_e6 k5_e1_g2 skip k5_e3 k3_e6 k3_e1_g2 skip k3_e1 k3_e3").split()
+
+
+def networks(args) -> dict[str, tuple[dict, int, list | None]]:
+    """name -> (model definition, batch, the found network's ops or None) of each network
+    --networks names."""
     out = {}
     for name in args.networks:
         if name == "fbnet_c":
-            out[name] = (select("fbnet_c")[1], 16)
+            out[name] = (select("fbnet_c")[1], 16, None)
+            continue
+        if name == "found-1.8ms":
+            out[name] = (load_space("fbnet_cifar").definition(FOUND_18, name=name), 64, FOUND_18)
             continue
         target = float(name.removeprefix("found-").removesuffix("ms"))
         rows = [json.loads(line) for line in open(args.budget_rows)]
         rows = [r for r in rows if r["target_ms"] == target]
         if not rows:
             raise SystemExit(f"{args.budget_rows} has no row at {target} ms")
-        space = load_space(rows[-1].get("space", "fbnet_cifar"))
-        out[name] = (space.definition(rows[-1]["found"]["ops"], name=name), 64)
+        ops = rows[-1]["found"]["ops"]
+        out[name] = (load_space(rows[-1].get("space", "fbnet_cifar")).definition(ops, name=name),
+                     64, ops)
     return out
 
 
@@ -167,7 +183,7 @@ def interleaved(steps: dict, rounds: int, per_round: int, warmup: int) -> dict[s
 
 def retrain_rows(args) -> list[dict]:
     rows = []
-    for name, (defn, batch) in networks(args).items():
+    for name, (defn, batch, ops) in networks(args).items():
         paths = [p for p in PATHS if native_bf16() or args.bf16 or "bf16" not in p.split("-")]
         paths += ["compiled-kept"] if args.compile else []
         steps = {p: Worker(defn, batch, p, args.threads) for p in paths}
@@ -188,7 +204,8 @@ def retrain_rows(args) -> list[dict]:
             print(f"{p:<26}{s * 1e3:>10.1f}{batch / s:>10.1f}{base / s:>8.2f}x{s / floor:>9.2f}x")
             rows.append({"what": "retrain step", "network": name, "batch": batch, "path": p,
                          "ms": round(s * 1e3, 2), "images_per_s": round(batch / s, 1),
-                         "vs_nchw": round(base / s, 3), "vs_floor": round(s / floor, 3)})
+                         "vs_nchw": round(base / s, 3), "vs_floor": round(s / floor, 3),
+                         **({"ops": " ".join(ops)} if ops else {})})
     return rows
 
 
