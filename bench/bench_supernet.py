@@ -14,6 +14,12 @@ images/s and the ratios. Variants:
              transition layer instead of all
   hard-one   hard-fast with search.soft_transitions false: one candidate everywhere, the
              floor a hard step could reach
+  hard-onednn  hard-fast with every depthwise conv's weight gradient left to oneDNN, as
+             before fbnas/arch/depthwise.py (slow where the kernel is wider than the input)
+
+Hard steps draw their paths from a generator seeded by the step's number, so the k-th step
+of every hard variant trains the same path. The process keeps freed memory in its heap, as
+runs do (``run.keep_freed_memory``).
 
 Peak memory is the peak resident set size of a fresh child process that builds the supernet
 and runs two steps of one variant at 1 thread (VmHWM from /proc/self/status on Linux; else
@@ -28,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import resource
 import statistics
@@ -37,21 +44,27 @@ import time
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+from fbnas.arch.depthwise import SmallInputDepthwiseConv
 from fbnas.arch.space import load_space
 from fbnas.latency.lut import LUT, load_lut, profile_space
+from fbnas.machine import keep_freed_memory
 from fbnas.search.loss import paper_loss
 from fbnas.search.supernet import Supernet
 
-VARIANTS = ("loop", "fast", "loop-cl", "hard", "hard-fast", "hard-tp2", "hard-one")
+VARIANTS = ("loop", "fast", "loop-cl", "hard", "hard-fast", "hard-tp2", "hard-one",
+            "hard-onednn")
 LABELS = {"loop": "soft, loop (NCHW)", "fast": "soft, fast", "loop-cl": "soft, loop (CL)",
           "hard": "hard, loop (NCHW)", "hard-fast": "hard, fast",
-          "hard-tp2": "hard, 2 at transitions", "hard-one": "hard, 1 at transitions"}
+          "hard-tp2": "hard, 2 at transitions", "hard-one": "hard, 1 at transitions",
+          "hard-onednn": "hard, oneDNN dw grads"}
 # the Supernet arguments of each variant (loop-cl is converted after building)
 OPTIONS = {"loop": {"impl": "loop"}, "fast": {"impl": "fast"}, "loop-cl": {"impl": "loop"},
            "hard": {"impl": "loop"}, "hard-fast": {"impl": "fast"},
            "hard-tp2": {"impl": "fast", "transition_paths": 2},
-           "hard-one": {"impl": "fast", "soft_transitions": False}}
+           "hard-one": {"impl": "fast", "soft_transitions": False},
+           "hard-onednn": {"impl": "fast"}}
 
 
 def build(space, lut: LUT, variant: str) -> Supernet:
@@ -60,6 +73,10 @@ def build(space, lut: LUT, variant: str) -> Supernet:
     net = Supernet(space, lut, "latency", **OPTIONS[variant])
     if variant == "loop-cl":
         net = net.to(memory_format=torch.channels_last)
+    if variant == "hard-onednn":
+        for m in net.modules():
+            if type(m) is SmallInputDepthwiseConv:
+                m.__class__ = nn.Conv2d
     return net
 
 
@@ -73,9 +90,11 @@ def make_step(net: Supernet, variant: str, batch: int, resolution: int):
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     mode = "hard" if variant.startswith("hard") else "soft"
     net.train()
+    numbers = itertools.count()
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
+        torch.manual_seed(next(numbers))  # the same path at the same step of each variant
         logits, cost = net(x, tau=5.0, mode=mode)
         loss, _ = paper_loss(F.cross_entropy(logits, y), cost)
         loss.backward()
@@ -156,6 +175,7 @@ def main() -> None:
     ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory children")
     ap.add_argument("--memory-of", choices=VARIANTS + ("baseline",), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    keep_freed_memory()
     if args.memory_of:
         memory_child(args)
         return
@@ -186,7 +206,9 @@ def main() -> None:
                            ("loop", "hard", "soft/hard step time (loop)"),
                            ("fast", "hard-fast", "soft/hard step time (fast)"),
                            ("hard-fast", "hard-tp2", "speed-up of 2 paths at transitions"),
-                           ("hard-fast", "hard-one", "speed-up of 1 path at transitions")):
+                           ("hard-fast", "hard-one", "speed-up of 1 path at transitions"),
+                           ("hard-onednn", "hard-fast", "speed-up of the small-input depthwise "
+                            "weight gradients")):
             if a in med and b in med:
                 print(f"{what}: {med[a] / med[b]:.2f}x")
     if not args.no_memory:
