@@ -15,7 +15,8 @@ fast at every size measured. Same parameters and state_dict keys as ``nn.Conv2d`
 equal up to float rounding (the batch sum runs in another order).
 
 Elsewhere (inputs at least as large as the kernel, devices other than the CPU, no gradient
-needed) the module is a plain ``nn.Conv2d``: there oneDNN's backward measured faster.
+needed, bf16 autocast) the module is a plain ``nn.Conv2d``: oneDNN's backward measured
+faster on larger inputs, and the rest was not measured.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class SmallInputDepthwiseConv(nn.Conv2d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         kh, kw = self.kernel_size
         if (x.device.type == "cpu" and torch.is_grad_enabled() and self.weight.requires_grad
+                and not torch.is_autocast_enabled("cpu")  # bf16 steps keep oneDNN's own
                 and (x.shape[-2] < kh or x.shape[-1] < kw)):
             return _DepthwiseConv.apply(x, self.weight, self.stride, self.padding)
         return super().forward(x)

@@ -63,6 +63,12 @@ def test_large_inputs_and_other_convs_keep_onednn():
     assert type(y.grad_fn).__name__ == "ConvolutionBackward0"
     with torch.no_grad():  # evaluation: no gradient to speed up
         assert convs[0](torch.randn(2, 4, 4, 4)).grad_fn is None
+    x = torch.randn(2, 4, 4, 4, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # run.precision: bf16
+        y = convs[0](x)
+    assert y.dtype == torch.bfloat16 and type(y.grad_fn).__name__ == "ConvolutionBackward0"
+    y.float().sum().backward()
+    assert convs[0].weight.grad is not None
 
 
 def test_network_with_5x5_blocks_on_4x4_maps_trains_the_same():
