@@ -16,6 +16,8 @@ images/s and the ratios. Variants:
              floor a hard step could reach
   hard-onednn  hard-fast with every depthwise conv's weight gradient left to oneDNN, as
              before fbnas/arch/depthwise.py (slow where the kernel is wider than the input)
+  hard-sliced  hard-fast with strided 1x1 inputs sliced as before folded_bn.subsample, whose
+             NCHW gradient made the layer input's gradient NCHW (mixed-format ops after it)
 
 Hard steps draw their paths from a generator seeded by the step's number, so the k-th step
 of every hard variant trains the same path. The process keeps freed memory in its heap, as
@@ -46,6 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fbnas.arch import folded_bn
 from fbnas.arch.depthwise import SmallInputDepthwiseConv
 from fbnas.arch.space import load_space
 from fbnas.latency.lut import LUT, load_lut, profile_space
@@ -54,17 +57,17 @@ from fbnas.search.loss import paper_loss
 from fbnas.search.supernet import Supernet
 
 VARIANTS = ("loop", "fast", "loop-cl", "hard", "hard-fast", "hard-tp2", "hard-one",
-            "hard-onednn")
+            "hard-onednn", "hard-sliced")
 LABELS = {"loop": "soft, loop (NCHW)", "fast": "soft, fast", "loop-cl": "soft, loop (CL)",
           "hard": "hard, loop (NCHW)", "hard-fast": "hard, fast",
           "hard-tp2": "hard, 2 at transitions", "hard-one": "hard, 1 at transitions",
-          "hard-onednn": "hard, oneDNN dw grads"}
+          "hard-onednn": "hard, oneDNN dw grads", "hard-sliced": "hard, sliced inputs"}
 # the Supernet arguments of each variant (loop-cl is converted after building)
 OPTIONS = {"loop": {"impl": "loop"}, "fast": {"impl": "fast"}, "loop-cl": {"impl": "loop"},
            "hard": {"impl": "loop"}, "hard-fast": {"impl": "fast"},
            "hard-tp2": {"impl": "fast", "transition_paths": 2},
            "hard-one": {"impl": "fast", "soft_transitions": False},
-           "hard-onednn": {"impl": "fast"}}
+           "hard-onednn": {"impl": "fast"}, "hard-sliced": {"impl": "fast"}}
 
 
 def build(space, lut: LUT, variant: str) -> Supernet:
@@ -91,16 +94,26 @@ def make_step(net: Supernet, variant: str, batch: int, resolution: int):
     mode = "hard" if variant.startswith("hard") else "soft"
     net.train()
     numbers = itertools.count()
+    subsample = sliced if variant == "hard-sliced" else folded_bn.subsample
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
         torch.manual_seed(next(numbers))  # the same path at the same step of each variant
-        logits, cost = net(x, tau=5.0, mode=mode)
-        loss, _ = paper_loss(F.cross_entropy(logits, y), cost)
-        loss.backward()
+        kept, folded_bn.subsample = folded_bn.subsample, subsample
+        try:
+            logits, cost = net(x, tau=5.0, mode=mode)
+            loss, _ = paper_loss(F.cross_entropy(logits, y), cost)
+            loss.backward()
+        finally:
+            folded_bn.subsample = kept
         opt.step()
 
     return step
+
+
+def sliced(x: torch.Tensor, stride: tuple[int, int]) -> torch.Tensor:
+    """Strided 1x1 inputs as they were taken before ``folded_bn.subsample``."""
+    return x if tuple(stride) == (1, 1) else x[:, :, ::stride[0], ::stride[1]]
 
 
 def quick_lut(space_name: str, path: str | None) -> LUT:
@@ -208,7 +221,9 @@ def main() -> None:
                            ("hard-fast", "hard-tp2", "speed-up of 2 paths at transitions"),
                            ("hard-fast", "hard-one", "speed-up of 1 path at transitions"),
                            ("hard-onednn", "hard-fast", "speed-up of the small-input depthwise "
-                            "weight gradients")):
+                            "weight gradients"),
+                           ("hard-sliced", "hard-fast", "speed-up of format-keeping strided "
+                            "inputs")):
             if a in med and b in med:
                 print(f"{what}: {med[a] / med[b]:.2f}x")
     if not args.no_memory:

@@ -60,7 +60,7 @@ class InputStats:
     def get(self, stride: tuple[int, int] = (1, 1)) -> tuple[torch.Tensor, torch.Tensor, int]:
         """(mean, covariance, number of pixels) of the input sampled at ``stride``."""
         if stride not in self._stats:
-            x = self.x[:, :, ::stride[0], ::stride[1]]
+            x = subsample(self.x, stride)
             rows = x.permute(0, 2, 3, 1).reshape(-1, x.shape[1])
             n = rows.shape[0]
             if n < 2:
@@ -72,6 +72,35 @@ class InputStats:
         return self._stats[stride]
 
 
+class _Subsample(torch.autograd.Function):
+    """Every ``stride``-th pixel of x, with a gradient in x's memory format.
+
+    Plain slicing's backward writes its gradient into zeros in NCHW whatever the input's
+    format; added to the channels_last gradients of the layer input's other uses, it turned
+    their sum NCHW, and every later op on it ran on mixed formats, about twice as slow."""
+
+    @staticmethod
+    def forward(ctx, x, stride):
+        ctx.shape, ctx.stride = x.shape, stride
+        ctx.format = (torch.channels_last if x.is_contiguous(memory_format=torch.channels_last)
+                      else torch.contiguous_format)
+        return x[:, :, ::stride[0], ::stride[1]].contiguous(memory_format=ctx.format)
+
+    @staticmethod
+    def backward(ctx, grad):
+        out = torch.empty(ctx.shape, dtype=grad.dtype, device=grad.device,
+                          memory_format=ctx.format).zero_()
+        out[:, :, ::ctx.stride[0], ::ctx.stride[1]] = grad
+        return out, None
+
+
+def subsample(x: torch.Tensor, stride: tuple[int, int]) -> torch.Tensor:
+    """``x[:, :, ::stride[0], ::stride[1]]``, its gradient in x's memory format."""
+    if stride == (1, 1):
+        return x
+    return _Subsample.apply(x, tuple(stride))
+
+
 def pointwise_input(x: torch.Tensor, stride: tuple[int, int]) -> torch.Tensor:
     """The input a strided 1x1 conv reads, so that it can run at stride 1.
 
@@ -81,9 +110,7 @@ def pointwise_input(x: torch.Tensor, stride: tuple[int, int]) -> torch.Tensor:
     2.14 on x86) writes out of bounds, which killed a search with SIGSEGV at 112x112 and
     corrupted the heap at 64x64 (the loop supernet, in NCHW, is not affected).
     """
-    if stride == (1, 1):
-        return x
-    return x[:, :, ::stride[0], ::stride[1]]
+    return subsample(x, stride)
 
 
 def dense_weight(weight: torch.Tensor, groups: int) -> torch.Tensor:

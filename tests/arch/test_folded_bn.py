@@ -76,3 +76,20 @@ def test_retrain_folds_fp32_cpu_steps_only(device, precision, key, folds):
     cfg = load_config(None, [f"run.precision={precision}", f"retrain.fold_bn={str(key).lower()}"])
     me = SimpleNamespace(cfg=cfg, device=torch.device(device))
     assert Retrain.folds_batch_norm(me) is folds
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_subsample_gradient_keeps_the_input_format(memory_format):
+    """A strided 1x1 conv's input, subsampled: the values and gradient of slicing, the
+    gradient in the input's format (a channels_last layer input stays channels_last)."""
+    from fbnas.arch.folded_bn import subsample
+
+    x = torch.randn(2, 5, 7, 6).contiguous(memory_format=memory_format)
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya, yb = subsample(a, (2, 2)), b[:, :, ::2, ::2]
+    assert torch.equal(ya, yb)
+    g = torch.randn_like(yb)
+    ya.backward(g)
+    yb.backward(g)
+    assert torch.equal(a.grad, b.grad)
+    assert a.grad.is_contiguous(memory_format=memory_format)
