@@ -16,7 +16,7 @@ images/s and the ratios. Variants:
              floor a hard step could reach
   hard-onednn  hard-fast with every depthwise conv's weight gradient left to oneDNN, as
              before fbnas/arch/depthwise.py (slow where the kernel is wider than the input)
-  hard-sliced  hard-fast with strided 1x1 inputs sliced as before folded_bn.subsample, whose
+  hard-sliced  hard-fast with strided 1x1 inputs sliced, as before 2026-11-28: slicing's
              NCHW gradient made the layer input's gradient NCHW (mixed-format ops after it)
 
 Hard steps draw their paths from a generator seeded by the step's number, so the k-th step
@@ -53,6 +53,7 @@ from fbnas.arch.depthwise import SmallInputDepthwiseConv
 from fbnas.arch.space import load_space
 from fbnas.latency.lut import LUT, load_lut, profile_space
 from fbnas.machine import keep_freed_memory
+from fbnas.search import fused
 from fbnas.search.loss import paper_loss
 from fbnas.search.supernet import Supernet
 
@@ -94,25 +95,27 @@ def make_step(net: Supernet, variant: str, batch: int, resolution: int):
     mode = "hard" if variant.startswith("hard") else "soft"
     net.train()
     numbers = itertools.count()
-    subsample = sliced if variant == "hard-sliced" else folded_bn.subsample
+    taken = sliced if variant == "hard-sliced" else folded_bn.pointwise_input
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
         torch.manual_seed(next(numbers))  # the same path at the same step of each variant
-        kept, folded_bn.subsample = folded_bn.subsample, subsample
+        kept = folded_bn.pointwise_input
+        folded_bn.pointwise_input = fused.pointwise_input = taken
         try:
             logits, cost = net(x, tau=5.0, mode=mode)
             loss, _ = paper_loss(F.cross_entropy(logits, y), cost)
             loss.backward()
         finally:
-            folded_bn.subsample = kept
+            folded_bn.pointwise_input = fused.pointwise_input = kept
         opt.step()
 
     return step
 
 
 def sliced(x: torch.Tensor, stride: tuple[int, int]) -> torch.Tensor:
-    """Strided 1x1 inputs as they were taken before ``folded_bn.subsample``."""
+    """Strided 1x1 inputs as ``folded_bn.pointwise_input`` took them before its gradient kept
+    the input's memory format."""
     return x if tuple(stride) == (1, 1) else x[:, :, ::stride[0], ::stride[1]]
 
 

@@ -2,21 +2,21 @@
 
 Where a depthwise kernel is wider than its input (5x5 on the 4x4 maps of the last stage of
 ``fbnet_cifar`` and ``nasbench_macro``), oneDNN's CPU backward computes the weight gradient
-30 to 60 times slower than the forward: 63 ms against 1 ms for 1,104 channels at batch 64
-on a 2-core AMD EPYC, 2 threads. Such layers held about a tenth of a hard ``fbnet_cifar``
+30 to 140 times slower than the forward: 60 ms against 1 ms for 1,104 channels at batch 64
+on a 2-core AMD EPYC, 2 threads (``bench/bench_depthwise.py``). Such layers held about a tenth of a hard ``fbnet_cifar``
 supernet step (docs/results.md, Training speed).
 
 The weight gradient is a correlation of the input with the output gradient, channel by
 channel and summed over the batch. :func:`depthwise_weight_grad` runs it as a depthwise
 *forward* conv in which every (channel, image) pair is a group, the output gradient is the
 kernel (dilated by the stride) and the kernel's taps are the output; oneDNN's forward is fast
-there (4.6 ms for the layer above). The input gradient keeps oneDNN's backward, which is
+there (4.4 ms for the layer above). The input gradient keeps oneDNN's backward, which is
 fast at every size measured. Same parameters and state_dict keys as ``nn.Conv2d``; results
 equal up to float rounding (the batch sum runs in another order).
 
 Elsewhere (inputs at least as large as the kernel, devices other than the CPU, no gradient
-needed, bf16 autocast) the module is a plain ``nn.Conv2d``: oneDNN's backward measured
-faster on larger inputs, and the rest was not measured.
+needed, bf16 autocast) the module is a plain ``nn.Conv2d``: on larger inputs the two forms
+measured 0.1x to 1.3x of each other, and the rest was not measured.
 """
 
 from __future__ import annotations
@@ -80,9 +80,9 @@ class SmallInputDepthwiseConv(nn.Conv2d):
 def route_small_input_depthwise(module: nn.Module) -> int:
     """Make every depthwise conv of ``module`` (groups = in = out channels, no bias, dilation 1,
     zero padding) a :class:`SmallInputDepthwiseConv`; return how many were changed. The
-    choice by input size is made at each call: the rule "kernel wider than the input" held
-    for every shape measured (3x3 on 2x2 and 5x5 or 7x7 on 4x4 slow in oneDNN; 3x3 on 4x4 and
-    5x5 on 7x7 or 8x8 faster there than here)."""
+    choice by input size is made at each call: where the kernel is wider than the input the
+    forward form measured 11x to 18x faster, elsewhere 0.1x to 1.3x
+    (``bench/bench_depthwise.py``)."""
     changed = 0
     for m in module.modules():
         if (type(m) is nn.Conv2d and m.groups == m.in_channels == m.out_channels

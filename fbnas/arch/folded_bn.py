@@ -60,7 +60,7 @@ class InputStats:
     def get(self, stride: tuple[int, int] = (1, 1)) -> tuple[torch.Tensor, torch.Tensor, int]:
         """(mean, covariance, number of pixels) of the input sampled at ``stride``."""
         if stride not in self._stats:
-            x = subsample(self.x, stride)
+            x = pointwise_input(self.x, stride)
             rows = x.permute(0, 2, 3, 1).reshape(-1, x.shape[1])
             n = rows.shape[0]
             if n < 2:
@@ -70,6 +70,21 @@ class InputStats:
             centred = rows - mean
             self._stats[stride] = (mean, centred.t().mm(centred) / n, n)
         return self._stats[stride]
+
+
+def pointwise_input(x: torch.Tensor, stride: tuple[int, int]) -> torch.Tensor:
+    """The input a strided 1x1 conv reads, so that it can run at stride 1: every
+    ``stride``-th pixel of x, its gradient in x's memory format.
+
+    A 1x1 conv without padding at stride s is the same conv at stride 1 of every s-th pixel,
+    to the last bit. The fast supernet always takes that form: oneDNN's weight gradient of a
+    strided 1x1 conv on channels_last input with few input channels (fewer than 16, torch
+    2.14 on x86) writes out of bounds, which killed a search with SIGSEGV at 112x112 and
+    corrupted the heap at 64x64 (the loop supernet, in NCHW, is not affected).
+    """
+    if stride == (1, 1):
+        return x
+    return _Subsample.apply(x, tuple(stride))
 
 
 class _Subsample(torch.autograd.Function):
@@ -92,25 +107,6 @@ class _Subsample(torch.autograd.Function):
                           memory_format=ctx.format).zero_()
         out[:, :, ::ctx.stride[0], ::ctx.stride[1]] = grad
         return out, None
-
-
-def subsample(x: torch.Tensor, stride: tuple[int, int]) -> torch.Tensor:
-    """``x[:, :, ::stride[0], ::stride[1]]``, its gradient in x's memory format."""
-    if stride == (1, 1):
-        return x
-    return _Subsample.apply(x, tuple(stride))
-
-
-def pointwise_input(x: torch.Tensor, stride: tuple[int, int]) -> torch.Tensor:
-    """The input a strided 1x1 conv reads, so that it can run at stride 1.
-
-    A 1x1 conv without padding at stride s is the same conv at stride 1 of every s-th pixel,
-    to the last bit. The fast supernet always takes that form: oneDNN's weight gradient of a
-    strided 1x1 conv on channels_last input with few input channels (fewer than 16, torch
-    2.14 on x86) writes out of bounds, which killed a search with SIGSEGV at 112x112 and
-    corrupted the heap at 64x64 (the loop supernet, in NCHW, is not affected).
-    """
-    return subsample(x, stride)
 
 
 def dense_weight(weight: torch.Tensor, groups: int) -> torch.Tensor:

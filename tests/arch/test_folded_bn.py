@@ -79,14 +79,14 @@ def test_retrain_folds_fp32_cpu_steps_only(device, precision, key, folds):
 
 
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
-def test_subsample_gradient_keeps_the_input_format(memory_format):
+def test_strided_pointwise_input_gradient_keeps_the_input_format(memory_format):
     """A strided 1x1 conv's input, subsampled: the values and gradient of slicing, the
     gradient in the input's format (a channels_last layer input stays channels_last)."""
-    from fbnas.arch.folded_bn import subsample
+    from fbnas.arch.folded_bn import pointwise_input
 
     x = torch.randn(2, 5, 7, 6).contiguous(memory_format=memory_format)
     a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
-    ya, yb = subsample(a, (2, 2)), b[:, :, ::2, ::2]
+    ya, yb = pointwise_input(a, (2, 2)), b[:, :, ::2, ::2]
     assert torch.equal(ya, yb)
     g = torch.randn_like(yb)
     ya.backward(g)
