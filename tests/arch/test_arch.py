@@ -444,6 +444,29 @@ def test_zero_init_residual_starts_every_residual_block_as_the_identity(space):
     assert residual > 0
 
 
+def test_head_pools_in_training_as_in_evaluation_and_keeps_the_gradient_format():
+    """Head's training pool (a sum and a division) gives AdaptiveAvgPool2d's values bit for
+    bit, and its gradient reaches the head's conv in the channels_last format the network
+    trains in (AdaptiveAvgPool2d's was NCHW, which made the ReLU backward mix formats)."""
+    from fbnas.arch.model import Head
+
+    torch.manual_seed(0)
+    head = Head(8, 16, 10).to(memory_format=torch.channels_last)
+    x = torch.randn(4, 8, 3, 3).contiguous(memory_format=torch.channels_last)
+    feats = head.conv(x)
+    trained = head.fc(feats.sum((2, 3)).div(9))
+    assert torch.equal(trained, head.fc(torch.nn.AdaptiveAvgPool2d(1)(feats).flatten(1)))
+    assert torch.equal(head.train()(x), trained)
+    grads = []
+
+    def keep_output_grad(module, inputs, out):
+        out.register_hook(grads.append)
+
+    head.conv.register_forward_hook(keep_output_grad)
+    head(x).sum().backward()
+    assert grads[0].stride(1) == 1  # channels innermost: channels_last, or a broadcast of it
+
+
 def test_retrains_saved_before_zero_init_resume_as_they_ran():
     from fbnas.config import from_saved, load_config
 
