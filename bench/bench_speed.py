@@ -20,7 +20,9 @@ bfloat16, or with --bf16) and ``kept`` (freed memory kept in the heap:
 ``run.keep_freed_memory``, :func:`fbnas.machine.keep_freed_memory`). ``nchw`` and
 ``channels_last`` run on glibc's default allocator, as retrains did before
 ``run.keep_freed_memory``; ``channels_last-kept`` is today's default, ``nchw-kept`` shows what
-keeping alone gains, and the options are timed on top of today's default:
+keeping alone gains, ``channels_last-conv-kept`` is today's default with every 1x1 conv a
+oneDNN conv (``conv``: as before :mod:`fbnas.arch.pointwise`, which trains those on small maps
+as matrix products), and the options are timed on top of today's default:
 ``channels_last-folded-kept``, ``nchw-bf16-kept``, ``channels_last-bf16-kept``, and with
 --compile ``compiled-kept`` (channels_last, fp32, torch.compile; its compile time is printed
 apart). The floor is the same network's forward time in ONNX Runtime at the same batch and
@@ -51,16 +53,19 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from fbnas.arch import pointwise
 from fbnas.arch.definition import select
+from fbnas.arch.depthwise import route_small_input_depthwise
 from fbnas.arch.model import Network
+from fbnas.arch.pointwise import route_small_map_pointwise
 from fbnas.arch.space import load_space
 from fbnas.latency.lut import load_lut
 from fbnas.latency.measure import measure_latency
 from fbnas.latency.timing import cpu_model, set_threads
 from fbnas.machine import keep_freed_memory, native_bf16
 
-PATHS = ("nchw", "nchw-kept", "channels_last", "channels_last-kept", "channels_last-folded-kept",
-         "nchw-bf16-kept", "channels_last-bf16-kept")
+PATHS = ("nchw", "nchw-kept", "channels_last", "channels_last-conv-kept", "channels_last-kept",
+         "channels_last-folded-kept", "nchw-bf16-kept", "channels_last-bf16-kept")
 
 
 #: the 1.8 ms network every row of found-1.8ms since 2026-11-28 times: the found network of
@@ -104,6 +109,10 @@ class Step:
         self.bf16 = "bf16" in parts
         if self.cl:
             self.net.to(memory_format=torch.channels_last)
+        route_small_input_depthwise(self.net)  # as fbnas.runs.retrain builds its network
+        route_small_map_pointwise(self.net)
+        if "conv" in parts:  # every 1x1 conv a oneDNN conv, as before fbnas/arch/pointwise.py
+            pointwise.MAX_PIXELS = 0
         if "folded" in parts:
             self.net.fold_batch_norm()
         self.model = torch.compile(self.net) if parts[0] == "compiled" else self.net

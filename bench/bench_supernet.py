@@ -18,6 +18,8 @@ images/s and the ratios. Variants:
              before fbnas/arch/depthwise.py (slow where the kernel is wider than the input)
   hard-sliced  hard-fast with strided 1x1 inputs sliced, as before 2026-11-28: slicing's
              NCHW gradient made the layer input's gradient NCHW (mixed-format ops after it)
+  hard-conv  hard-fast with every 1x1 conv a oneDNN conv, as before fbnas/arch/pointwise.py
+             (which trains those on maps of 8x8 and less as matrix products)
 
 Hard steps draw their paths from a generator seeded by the step's number, so the k-th step
 of every hard variant trains the same path. The process keeps freed memory in its heap, as
@@ -48,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fbnas.arch import folded_bn
+from fbnas.arch import folded_bn, pointwise
 from fbnas.arch.depthwise import SmallInputDepthwiseConv
 from fbnas.arch.space import load_space
 from fbnas.latency.lut import LUT, load_lut, profile_space
@@ -58,17 +60,19 @@ from fbnas.search.loss import paper_loss
 from fbnas.search.supernet import Supernet
 
 VARIANTS = ("loop", "fast", "loop-cl", "hard", "hard-fast", "hard-tp2", "hard-one",
-            "hard-onednn", "hard-sliced")
+            "hard-onednn", "hard-sliced", "hard-conv")
 LABELS = {"loop": "soft, loop (NCHW)", "fast": "soft, fast", "loop-cl": "soft, loop (CL)",
           "hard": "hard, loop (NCHW)", "hard-fast": "hard, fast",
           "hard-tp2": "hard, 2 at transitions", "hard-one": "hard, 1 at transitions",
-          "hard-onednn": "hard, oneDNN dw grads", "hard-sliced": "hard, sliced inputs"}
+          "hard-onednn": "hard, oneDNN dw grads", "hard-sliced": "hard, sliced inputs",
+          "hard-conv": "hard, 1x1 as convs"}
 # the Supernet arguments of each variant (loop-cl is converted after building)
 OPTIONS = {"loop": {"impl": "loop"}, "fast": {"impl": "fast"}, "loop-cl": {"impl": "loop"},
            "hard": {"impl": "loop"}, "hard-fast": {"impl": "fast"},
            "hard-tp2": {"impl": "fast", "transition_paths": 2},
            "hard-one": {"impl": "fast", "soft_transitions": False},
-           "hard-onednn": {"impl": "fast"}, "hard-sliced": {"impl": "fast"}}
+           "hard-onednn": {"impl": "fast"}, "hard-sliced": {"impl": "fast"},
+           "hard-conv": {"impl": "fast"}}
 
 
 def build(space, lut: LUT, variant: str) -> Supernet:
@@ -96,18 +100,21 @@ def make_step(net: Supernet, variant: str, batch: int, resolution: int):
     net.train()
     numbers = itertools.count()
     taken = sliced if variant == "hard-sliced" else folded_bn.pointwise_input
+    max_pixels = 0 if variant == "hard-conv" else pointwise.MAX_PIXELS
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
         torch.manual_seed(next(numbers))  # the same path at the same step of each variant
-        kept = folded_bn.pointwise_input
+        kept, kept_pixels = folded_bn.pointwise_input, pointwise.MAX_PIXELS
         folded_bn.pointwise_input = fused.pointwise_input = taken
+        pointwise.MAX_PIXELS = max_pixels
         try:
             logits, cost = net(x, tau=5.0, mode=mode)
             loss, _ = paper_loss(F.cross_entropy(logits, y), cost)
             loss.backward()
         finally:
             folded_bn.pointwise_input = fused.pointwise_input = kept
+            pointwise.MAX_PIXELS = kept_pixels
         opt.step()
 
     return step
@@ -226,7 +233,8 @@ def main() -> None:
                            ("hard-onednn", "hard-fast", "speed-up of the small-input depthwise "
                             "weight gradients"),
                            ("hard-sliced", "hard-fast", "speed-up of format-keeping strided "
-                            "inputs")):
+                            "inputs"),
+                           ("hard-conv", "hard-fast", "speed-up of 1x1 convs as matrix products")):
             if a in med and b in med:
                 print(f"{what}: {med[a] / med[b]:.2f}x")
     if not args.no_memory:

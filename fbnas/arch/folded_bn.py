@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fbnas.arch.pointwise import pointwise_conv
+
 
 def fold_pays(c_in: int, expansion: int) -> bool:
     """Whether folding an expansion's BN saved time in a block's training step on a CPU.
@@ -143,5 +145,7 @@ def folded_conv_bn(x: torch.Tensor, stats: InputStats, conv: nn.Conv2d, bn: nn.B
     weight = conv.weight * gain.view(-1, 1, 1, 1)
     if conv.padding != (0, 0):
         raise TypeError("the fused forward folds BN into 1x1 convs without padding only")
-    return F.conv2d(pointwise_input(x, tuple(conv.stride)), weight, bias, 1, 0, conv.dilation,
-                    conv.groups)
+    x = pointwise_input(x, tuple(conv.stride))
+    if conv.groups == 1:
+        return pointwise_conv(x, weight, bias)
+    return F.conv2d(x, weight, bias, 1, 0, conv.dilation, conv.groups)

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from fbnas.arch.definition import select, structure_difference
 from fbnas.arch.depthwise import route_small_input_depthwise
 from fbnas.arch.model import Network
+from fbnas.arch.pointwise import route_small_map_pointwise
 from fbnas.config import Config
 from fbnas.errors import FbnasError
 from fbnas.runs.launch import launch
@@ -68,6 +69,7 @@ class Retrain(Trainer):
         if self.channels_last:
             net.to(memory_format=torch.channels_last)
         route_small_input_depthwise(net)  # a oneDNN defect (fbnas/arch/depthwise.py)
+        route_small_map_pointwise(net)  # faster as matrix products (fbnas/arch/pointwise.py)
         if self.folds_batch_norm():
             net.fold_batch_norm()
         return net

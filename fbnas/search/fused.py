@@ -37,6 +37,7 @@ from torch import nn
 
 from fbnas.arch.folded_bn import InputStats, bn_factor, folded_conv_bn, pointwise_input
 from fbnas.arch.ops import InvertedResidual, Skip, parse_op
+from fbnas.arch.pointwise import pointwise_conv
 
 
 def scaled_batch_norm(x: torch.Tensor, bn: nn.BatchNorm2d, scale: torch.Tensor) -> torch.Tensor:
@@ -53,8 +54,10 @@ class PointwiseConv(nn.Conv2d):
     modules (hard mode, unfused ops) avoid the defect too."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.conv2d(pointwise_input(x, self.stride), self.weight, self.bias, 1, 0,
-                        self.dilation, self.groups)
+        x = pointwise_input(x, self.stride)
+        if self.groups == 1:  # the subsampled maps are small: see fbnas/arch/pointwise.py
+            return pointwise_conv(x, self.weight, self.bias)
+        return F.conv2d(x, self.weight, self.bias, 1, 0, self.dilation, self.groups)
 
 
 def route_around_strided_pointwise(module: nn.Module) -> int:

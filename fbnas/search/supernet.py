@@ -35,6 +35,7 @@ from torch import nn
 from fbnas.arch.depthwise import route_small_input_depthwise
 from fbnas.arch.model import Head, Stem
 from fbnas.arch.ops import build_op
+from fbnas.arch.pointwise import route_small_map_pointwise
 from fbnas.arch.space import Layer, SearchSpace
 from fbnas.errors import FbnasError
 from fbnas.latency.lut import LUT
@@ -197,6 +198,7 @@ class Supernet(nn.Module):
             self.to(memory_format=torch.channels_last)
             route_around_strided_pointwise(self)  # a oneDNN defect (fbnas/search/fused.py)
             route_small_input_depthwise(self)  # another one (fbnas/arch/depthwise.py)
+            route_small_map_pointwise(self)  # faster as matrix products (fbnas/arch/pointwise.py)
 
     def forward(self, x: torch.Tensor, tau: float = 1.0, mode: str = "soft",
                 per_sample: bool = False, all_candidates: bool = False,
