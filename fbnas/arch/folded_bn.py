@@ -20,7 +20,6 @@ docs/retrain.md, Speed).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from fbnas.arch.pointwise import pointwise_conv
@@ -145,7 +144,4 @@ def folded_conv_bn(x: torch.Tensor, stats: InputStats, conv: nn.Conv2d, bn: nn.B
     weight = conv.weight * gain.view(-1, 1, 1, 1)
     if conv.padding != (0, 0):
         raise TypeError("the fused forward folds BN into 1x1 convs without padding only")
-    x = pointwise_input(x, tuple(conv.stride))
-    if conv.groups == 1:
-        return pointwise_conv(x, weight, bias)
-    return F.conv2d(x, weight, bias, 1, 0, conv.dilation, conv.groups)
+    return pointwise_conv(pointwise_input(x, tuple(conv.stride)), weight, bias, conv.groups)

@@ -29,9 +29,9 @@ from torch import nn
 MAX_PIXELS = 64
 
 
-def uses_products(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether an ungrouped 1x1 conv of ``x`` at stride 1 trains as matrix products here."""
-    return (x.device.type == "cpu" and x.dim() == 4
+def uses_products(x: torch.Tensor, weight: torch.Tensor, groups: int = 1) -> bool:
+    """Whether a 1x1 conv of ``x`` at stride 1 trains as matrix products here."""
+    return (groups == 1 and x.device.type == "cpu" and x.dim() == 4
             and x.shape[2] * x.shape[3] <= MAX_PIXELS and torch.is_grad_enabled()
             and (x.requires_grad or weight.requires_grad)
             and not torch.is_autocast_enabled("cpu")
@@ -39,12 +39,12 @@ def uses_products(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and x.is_contiguous(memory_format=torch.channels_last))
 
 
-def pointwise_conv(x: torch.Tensor, weight: torch.Tensor,
-                   bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.conv2d(x, weight, bias)`` for a 1x1 kernel at stride 1 without groups, as
-    matrix products where :func:`uses_products` says they are faster."""
-    if not uses_products(x, weight):
-        return F.conv2d(x, weight, bias)
+def pointwise_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                   groups: int = 1) -> torch.Tensor:
+    """``F.conv2d(x, weight, bias, groups=groups)`` for a 1x1 kernel at stride 1, as matrix
+    products where :func:`uses_products` says they are faster."""
+    if not uses_products(x, weight, groups):
+        return F.conv2d(x, weight, bias, groups=groups)
     return _Products.apply(x, weight.flatten(1), bias)
 
 
@@ -88,9 +88,7 @@ class SmallMapPointwiseConv(nn.Conv2d):
     small maps (see the module docstring)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.groups == 1:
-            return pointwise_conv(x, self.weight, self.bias)
-        return super().forward(x)
+        return pointwise_conv(x, self.weight, self.bias, self.groups)
 
 
 def route_small_map_pointwise(module: nn.Module) -> int:

@@ -54,10 +54,9 @@ class PointwiseConv(nn.Conv2d):
     modules (hard mode, unfused ops) avoid the defect too."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = pointwise_input(x, self.stride)
-        if self.groups == 1:  # the subsampled maps are small: see fbnas/arch/pointwise.py
-            return pointwise_conv(x, self.weight, self.bias)
-        return F.conv2d(x, self.weight, self.bias, 1, 0, self.dilation, self.groups)
+        # the subsampled maps are small: fbnas/arch/pointwise.py may run them as products
+        return pointwise_conv(pointwise_input(x, self.stride), self.weight, self.bias,
+                              self.groups)
 
 
 def route_around_strided_pointwise(module: nn.Module) -> int:
