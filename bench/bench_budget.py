@@ -35,8 +35,8 @@ from fbnas.runs.checkpoint import LAST, load_checkpoint
 from fbnas.search.checkpoint import load_search_checkpoint
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_common import (common_options, fmt_ops, parse, random_matching,  # noqa: E402
-                          retrain_many, search, search_config, trained_on)
+from bench_common import (common_options, fmt_ops, parse, per_epoch,  # noqa: E402
+                          random_matching, retrain_many, search, search_config, trained_on)
 
 
 def cost_only_theta(cfg, space, lut, theta_steps: int) -> list:
@@ -56,12 +56,12 @@ def cost_only_theta(cfg, space, lut, theta_steps: int) -> list:
     opt = torch.optim.Adam(net.theta_parameters(), lr=ot.lr, betas=(ot.beta1, ot.beta2),
                            weight_decay=ot.weight_decay, decoupled_weight_decay=True)
     epochs = range(cfg.warmup_epochs, cfg.search.epochs)
-    per_epoch = theta_steps // max(1, len(epochs))
+    steps_an_epoch = theta_steps // max(1, len(epochs))
     one, mode, multiplier = torch.tensor(1.0), theta_step_mode(cfg), 0.0
     budget = Budget.of(cfg)
     for epoch in epochs:
         tau = temperature(cfg, epoch)
-        for _ in range(per_epoch):
+        for _ in range(steps_an_epoch):
             # the cost part of Supernet.forward, on weights drawn as a theta step draws them
             cost = net.weighted_cost([layer.weights(mode, tau, None)[0] for layer in net.layers])
             loss, _ = search_loss(cfg, budget, one, penalised_cost(cfg, net, cost), multiplier)
@@ -111,9 +111,9 @@ def budget(args) -> None:
     randoms = random_matching(lut, lat, args.randoms, args.tol, args.seed)
     print(f"budget {args.target_ms:g} ms: search {len(hist)} epochs in "
           f"{sum(r['seconds'] for r in hist) / 60:.1f} min", flush=True)
-    print(f"  supernet val top-1 per epoch {[round(r.get('val_top1', 0), 2) for r in hist]}")
+    print(f"  supernet val top-1 per epoch {per_epoch(hist, 'val_top1')}")
     print(f"  found net val top-1 per epoch (supernet weights) "
-          f"{[round(r.get('found_val_top1', 0), 2) for r in hist]}")
+          f"{per_epoch(hist, 'found_val_top1')}")
     print(f"  found:   {fmt_ops(found)} ({lat / 1000:.3f} ms, {found.count('skip')} skip)")
     print(f"  control: {fmt_ops(control)} ({lut.predict(control) / 1000:.3f} ms, "
           f"{control.count('skip')} skip)", flush=True)
@@ -143,8 +143,8 @@ def budget(args) -> None:
         "weights_lr": cfg.optim.weights.lr,
         "search_epochs": len(hist), "retrain_epochs": args.retrain_epochs,
         "search_minutes": round(sum(r["seconds"] for r in hist) / 60, 2),
-        "supernet_val_top1": [round(r.get("val_top1", float("nan")), 2) for r in hist],
-        "found_val_top1": [round(r.get("found_val_top1", float("nan")), 2) for r in hist],
+        "supernet_val_top1": per_epoch(hist, "val_top1"),
+        "found_val_top1": per_epoch(hist, "found_val_top1"),
         "theta_decided": round(hist[-1].get("theta_decided", float("nan")), 3),
         "lut_cpu": lut.data["environment"].get("cpu"),
         "found": {"ops": found, "predicted_ms": round(lat / 1000, 4),

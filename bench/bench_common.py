@@ -49,13 +49,19 @@ def search(args, out: Path, sets: list[str]) -> tuple[list[str], dict]:
     return reused_search(args, out)
 
 
+def per_epoch(history: list[dict], key: str) -> list[float | None]:
+    """``key`` of each epoch record, rounded to 2 decimals; None (JSON null) where an epoch
+    has none, as a search's unscored epochs (search.evaluate_every)."""
+    return [None if r.get(key) is None else round(r[key], 2) for r in history]
+
+
 def reused_search(args, out: Path) -> tuple[list[str], dict]:
     """The argmax architecture and the history of the finished search in ``out``."""
     ck = load_search_checkpoint(out)
     raw = load_checkpoint(out)
     hist = raw["history"]
     return hard_ops(ck.space, ck.probs), {
-        "val_top1": [round(r.get("val_top1", float("nan")), 2) for r in hist],
+        "val_top1": per_epoch(hist, "val_top1"),
         "minutes": sum(r["seconds"] for r in hist) / 60, "space": ck.space,
         "lut": raw["config"]["lut"]}
 

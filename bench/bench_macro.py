@@ -54,7 +54,7 @@ from fbnas.search.run import run_search
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_budget import cost_only_theta, theta_steps_taken  # noqa: E402
-from bench_common import log_to  # noqa: E402
+from bench_common import log_to, per_epoch  # noqa: E402
 
 TRUTH = "../shared/data/nas-bench-macro"
 
@@ -211,8 +211,8 @@ def score_run(args, out: Path, truth, lut, space, lat, naswot: Naswot) -> dict:
         "search_minutes": round(sum(r["seconds"] for r in hist) / 60, 2),
         "theta_decided": round(hist[-1].get("theta_decided", float("nan")), 3),
         "argmax_stable": hist[-1].get("argmax_stable"),
-        "supernet_val_top1": [round(r.get("val_top1", float("nan")), 2) for r in hist],
-        "found_val_top1": [round(r.get("found_val_top1", float("nan")), 2) for r in hist],
+        "supernet_val_top1": per_epoch(hist, "val_top1"),
+        "found_val_top1": per_epoch(hist, "found_val_top1"),
         "lut_cpu": lut.data["environment"].get("cpu"), "date": time.strftime("%Y-%m-%d"),
         # each checked network, most probable first: key, val top-1, val CE (None where the
         # rule needs no one-shot pass) and, where the rule used it, the NASWOT score

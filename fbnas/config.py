@@ -105,6 +105,10 @@ class SearchConfig:
     # training images run through the evaluated path to re-estimate its BN statistics
     # before each evaluation (0 = use the running statistics of the shared weights)
     recalibrate_images: int = 1024
+    # score the supernet and the found network on the val split after every Nth epoch and
+    # the last; the epochs between then cost no evaluation (nothing the search decides
+    # reads those scores, and each costs two BN re-estimations and two val passes)
+    evaluate_every: int = 1
     # hard mode, theta steps: "all" runs every candidate so that the straight-through
     # gradient reaches each candidate's theta (the cost of a soft step); "sampled" runs only
     # the sampled one (the cost of a hard step), whose gradient barely tells candidates apart
@@ -440,6 +444,8 @@ def validate(cfg: Config) -> Config:
          "config key search.final_theta_steps applies to search.alternation: step; set "
          "search.alternation=step or search.final_theta_steps=0")
     need(s.recalibrate_images >= 0, "config key search.recalibrate_images must be >= 0")
+    need(s.evaluate_every >= 1, "config key search.evaluate_every must be at least 1 (1 "
+                                "scores every epoch; the last epoch is always scored)")
     need(s.epochs >= 1, "config key search.epochs must be at least 1")
     need(cfg.warmup_epochs >= 0, "config key search.warmup_epochs must be >= 0")
     # the paper's share (what an unset search.warmup_epochs means) is always below the epochs

@@ -438,6 +438,10 @@ class Trainer:
         err.on_every_rank = True  # every rank saw the same all-reduced flag
         return err
 
+    def scores_epoch(self, epoch: int) -> bool:
+        """Whether ``epoch`` ends with a val evaluation (a search may skip some)."""
+        return True
+
     @torch.no_grad()
     def evaluate(self, loader: BatchLoader, logits_of=None) -> dict:
         """Deterministic top-1/top-5 accuracy and cross-entropy over ``loader``, of
@@ -492,9 +496,11 @@ class Trainer:
                 raise FbnasError(f"after epoch {epoch + 1} the processes hold different weights "
                                  "or theta; this is a bug, please report it with your config")
             record["ranks_identical"] = True
-        if self.val_loader is not None:
+        if self.val_loader is not None and self.scores_epoch(epoch):
             ev = self.evaluate(self.val_loader)
             record.update({f"val_{k}": v for k, v in ev.items() if k != "images"})
+        elif self.val_loader is not None:
+            record["val_skipped"] = True  # the health checks then know why no score is there
         record.update(self.epoch_extras(epoch))
         record.update(self.epoch_evaluation(epoch))
         return record

@@ -546,6 +546,9 @@ class Search(Trainer):
                 "cost_expected": self.net.expected_cost(),
                 "argmax_skips": skip_count(ops), "layers": len(ops)}
 
+    def scores_epoch(self, epoch: int) -> bool:
+        return (epoch + 1) % self.cfg.search.evaluate_every == 0 or epoch == self.epochs - 1
+
     def epoch_evaluation(self, epoch: int) -> dict:
         self.decision = self.rerank() if epoch == self.epochs - 1 else None
         ops = self.found_ops()
@@ -564,7 +567,7 @@ class Search(Trainer):
             self.decision["rank"]]
         if chosen is not None and "val_top1" in chosen:
             record["found_val_top1"] = chosen["val_top1"]
-        elif self.val_loader is not None:
+        elif self.val_loader is not None and self.scores_epoch(epoch):
             ev = self.evaluate(self.val_loader, path=self.net.path_of(ops))
             record["found_val_top1"] = ev["top1"]
         if chosen is not None:

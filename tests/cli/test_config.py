@@ -42,6 +42,7 @@ def test_file_then_overrides(tmp_path):
     ("optim.theta.final_lr=1", r"optim.theta.final_lr must be from 0 to optim.theta.lr \(0.01\)"),
     ("optim.theta.final_lr=-0.1", "optim.theta.final_lr must be from 0"),
     ("optim.theta.final_lr=fast", "optim.theta.final_lr must be a number"),
+    ("search.evaluate_every=0", "search.evaluate_every must be at least 1"),
     ("search.transition_paths=1", "search.transition_paths must be 0 .* or from 2 to 64"),
     ("search.reinforce_momentum=1", r"search.reinforce_momentum must be in \[0, 1\)"),
     ("search.reinforce_baseline=leave_one_out", "needs search.theta_paths of at least 2"),

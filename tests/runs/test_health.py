@@ -17,6 +17,10 @@ def test_chance_level_ce_for_two_epochs_warns_and_names_a_fix():
     assert check_not_learning(at_chance, 10) == msg
     spiked = [{"weights_ce": 3.38, "val_top1": 23.8}, {"weights_ce": 2.46, "val_top1": 28.7}]
     assert check_not_learning(spiked, 10) is None
+    # epochs a search did not score say nothing yet; one scored at chance among them does
+    skipped = [{**r, "val_skipped": True} for r in history]
+    assert check_not_learning(skipped, 10) is None
+    assert check_not_learning([skipped[0], at_chance[1]], 10) == msg
 
 
 def test_blow_up_warns_only_far_above_chance():

@@ -189,6 +189,26 @@ def test_several_reinforce_theta_steps_per_weight_step_resume_exactly(
                load_checkpoint(tmp_path / "split/checkpoints/last.pt"))
 
 
+def test_skipped_evaluations_change_nothing_the_search_decides(tmp_path, tiny_lut_file):
+    """search.evaluate_every=2 over 3 epochs scores epochs 2 and 3 only (the last always),
+    and the search trains and decides exactly as when every epoch is scored: evaluation
+    draws no random numbers and leaves the weights and BN statistics as it found them."""
+    sets = {"search.epochs": 3, "search.mode": "hard", "search.alternation": "step",
+            "search.theta_estimator": "reinforce", "optim.theta.lr": 0.1}
+    every = run_search(small_config(tiny_lut_file, **sets), tmp_path / "every", echo=quiet)
+    some = run_search(small_config(tiny_lut_file, **sets, **{"search.evaluate_every": 2}),
+                      tmp_path / "some", echo=quiet)
+    a = load_checkpoint(tmp_path / "every/checkpoints/last.pt")
+    b = load_checkpoint(tmp_path / "some/checkpoints/last.pt")
+    same_state(a, b)
+    assert every["found_ops"] == some["found_ops"]
+    scored = [["val_top1" in r, "found_val_top1" in r] for r in b["history"]]
+    assert scored == [[False, False], [True, True], [True, True]]
+    assert all("val_top1" in r for r in a["history"])
+    for ra, rb in zip(a["history"][1:], b["history"][1:]):
+        assert ra["val_top1"] == rb["val_top1"]
+
+
 def test_theta_rate_falls_over_the_last_epoch_only_and_resumes_exactly(
         tmp_path, tiny_lut_file, monkeypatch, ctrl_c_after):
     """optim.theta.final_lr: theta's rate stays optim.theta.lr until the last epoch, then
