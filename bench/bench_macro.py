@@ -7,8 +7,9 @@ cost-only control's (the same theta steps with the cross-entropy held constant, 
 bench_budget.cost_only_theta), look both up, and append one JSON line per search to
 --results: the found key, true accuracy, percentile among all networks within the budget,
 the oracle (best network within it) and the gap to it, the mean of the networks that fill
-90 to 100% of it, the control's key and accuracy, search minutes (with the CPU model and
---jobs they were spent on), and how decided theta is.
+90 to 100% of it, the control's key and accuracy, search minutes (the epochs' training, and
+the whole search as its user waits for it, with the CPU model and --jobs they were spent
+on), and how decided theta is.
 With --rank N it also scores N random networks on the search's supernet weights (BN
 re-estimated for each) and prints Kendall tau of that one-shot accuracy (on the val split
 the search's check sees, and on val and test pooled, three times the images), of predicted
@@ -163,10 +164,15 @@ def search_one(args, truth, lut, space, lat, naswot, quantile, budget_ms: float,
     cfg = load_config(args.config, sets)
     shutil.rmtree(out, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
     run_search(cfg, out, force=True, echo=log_to(out.parent / f"{out.name}.log"))
+    # the whole search as its user waits for it: set-up, epochs, their val scores, the last
+    # epoch's check and the test pass (search_minutes counts the epochs' training alone)
+    wall = round((time.monotonic() - started) / 60, 2)
     row = score_run(args, out, truth, lut, space, lat, naswot)
     # where the search minutes were spent: this CPU, with --jobs searches side by side
-    return {"quantile": quantile, **row, "cpu": cpu_model(), "jobs": args.jobs}
+    return {"quantile": quantile, **row, "wall_minutes": wall, "cpu": cpu_model(),
+            "jobs": args.jobs}
 
 
 def score_run(args, out: Path, truth, lut, space, lat, naswot: Naswot) -> dict:
@@ -404,13 +410,17 @@ def summary(rows: list[dict], truth) -> None:
                 for r in mine if r.get("found_candidates")]
         checked = (f"; the best checked network's gap median {statistics.median(best):.2f} "
                    f"({len(best)} checks)" if best else "")
+        wall = [r["wall_minutes"] for r in mine if "wall_minutes" in r]
+        walls = (f" ({min(wall):.1f} to {max(wall):.1f} whole, {len(wall)} timed)"
+                 if wall else "")
         print(f"{name}: {n} searches, gap median {statistics.median(gaps):.2f} points, mean "
               f"{statistics.mean(gaps):.2f}, worst {max(gaps):.2f}; median percentile "
               f"{statistics.median(r['percentile'] for r in mine):.1f}; mean true top-1 "
               f"{statistics.mean(r['accuracy'] for r in mine):.2f}%; beat the control "
               f"{beat_c}/{n} ({tie_c} ties), the near-budget mean {beat_n}/{n}; within 10% "
               f"under the budget {land}/{n}; max p {min(p):.2f} to {max(p):.2f}, decided "
-              f"{decided}/{n}; {min(minutes):.1f} to {max(minutes):.1f} minutes{checked}")
+              f"{decided}/{n}; {min(minutes):.1f} to {max(minutes):.1f} minutes training"
+              f"{walls}{checked}")
 
 
 def per_layer_fit(truth, keys: list[str]) -> dict[str, float]:

@@ -265,6 +265,8 @@ optim: {{theta: {{lr: 0.1}}}}
     assert row["recipe"] == "2 epochs, relaxed theta steps (theta lr 0.1), check by top1"
     assert row["found_ms"] <= row["budget_ms"] and row["control_ms"] <= row["budget_ms"]
     assert row["cpu"] == cpu_model() and row["jobs"] == 1  # where the minutes were spent
+    # the whole search, set-up and scores included, takes longer than its epochs' training
+    assert row["wall_minutes"] > row["search_minutes"] > 0
     assert row["accuracy"] == truth[row["found"]]
     assert row["gap"] == pytest.approx(row["oracle_accuracy"] - row["accuracy"])
     assert 0 < row["percentile"] <= 100 and row["within"] >= 1
