@@ -496,11 +496,12 @@ class Trainer:
                 raise FbnasError(f"after epoch {epoch + 1} the processes hold different weights "
                                  "or theta; this is a bug, please report it with your config")
             record["ranks_identical"] = True
-        if self.val_loader is not None and self.scores_epoch(epoch):
-            ev = self.evaluate(self.val_loader)
-            record.update({f"val_{k}": v for k, v in ev.items() if k != "images"})
-        elif self.val_loader is not None:
-            record["val_skipped"] = True  # the health checks then know why no score is there
+        if self.val_loader is not None:
+            if self.scores_epoch(epoch):
+                ev = self.evaluate(self.val_loader)
+                record.update({f"val_{k}": v for k, v in ev.items() if k != "images"})
+            else:
+                record["val_skipped"] = True  # the health checks then know why none is there
         record.update(self.epoch_extras(epoch))
         record.update(self.epoch_evaluation(epoch))
         return record
