@@ -232,6 +232,8 @@ def score_run(args, out: Path, truth, lut, space, lat, naswot: Naswot) -> dict:
 #: theta's rate in every row named by recipe_of before it named the rate (configs/demo.yaml's,
 #: which configs/macro.yaml inherits); another rate is named, so that those rows keep their names
 UNNAMED_THETA_LR = 0.05
+#: the weights-only epochs of every row recipe_of named before it named them (macro.yaml's 2)
+UNNAMED_WARMUP_EPOCHS = 2
 
 
 def recipe_of(cfg, alternatives: bool = False) -> str:
@@ -239,6 +241,9 @@ def recipe_of(cfg, alternatives: bool = False) -> str:
     config, so that rows of two settings never share a name when a config file changes
     (rows written before this say "default": 5 epochs, relaxed theta steps)."""
     s = cfg.search
+    warmup = cfg.warmup_epochs
+    epochs = f"{s.epochs} epochs" + (f", {warmup} weights-only"
+                                     if warmup != UNNAMED_WARMUP_EPOCHS else "")
     steps = f" ({s.theta_steps} a weight step)" if s.theta_steps > 1 else ""
     if cfg.optim.theta.lr != UNNAMED_THETA_LR:
         steps += f" (theta lr {cfg.optim.theta.lr:g})"
@@ -254,7 +259,7 @@ def recipe_of(cfg, alternatives: bool = False) -> str:
     elif lo.target_weight != 1.0:
         steps += f" (penalty weight {lo.target_weight:g})"
     check = f"check by {s.rerank_by}" + (" with per-layer alternatives" if alternatives else "")
-    return f"{s.epochs} epochs, {s.theta_estimator} theta steps{steps}, {check}"
+    return f"{epochs}, {s.theta_estimator} theta steps{steps}, {check}"
 
 
 def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: int,

@@ -183,40 +183,50 @@ def bench():
 
 
 def test_a_rows_recipe_names_what_decides_the_search():
-    """Rows of two settings never share a recipe name: theta steps, the last epoch's theta
-    steps, theta's rate and its last-epoch rate, and the budget's penalty show in it where they
-    differ from the default."""
+    """Rows of two settings never share a recipe name: the weights-only epochs, theta steps,
+    the last epoch's theta steps, theta's rate and its last-epoch rate, and the budget's
+    penalty show in it where they differ from the default."""
     from fbnas.config import load_config
 
     def recipe(*sets):
         return bench().recipe_of(load_config(REPO / "configs" / "macro.yaml", list(sets)))
 
+    def earlier(*sets):  # the recipes before the 4-epoch warm-up, which keep their rows' names
+        return recipe("search.warmup_epochs=2", "search.final_theta_steps=12", *sets)
+
     assert recipe() == \
+        "8 epochs, 4 weights-only, reinforce theta steps (16 a weight step in the last epoch) " \
+        "(theta lr falling to 0 over the last epoch), check by naswot"
+    assert earlier() == \
         "8 epochs, reinforce theta steps (12 a weight step in the last epoch) (theta lr " \
         "falling to 0 over the last epoch), check by naswot"
     # the recipe before the anneal keeps its rows' name: a rate equal to lr is no anneal
-    assert recipe("search.final_theta_steps=4", "optim.theta.final_lr=0.05") == \
+    assert earlier("search.final_theta_steps=4", "optim.theta.final_lr=0.05") == \
         "8 epochs, reinforce theta steps (4 a weight step in the last epoch), check by naswot"
-    assert recipe("search.final_theta_steps=0", "optim.theta.final_lr=0.05") == \
+    assert earlier("search.final_theta_steps=0", "optim.theta.final_lr=0.05") == \
         "8 epochs, reinforce theta steps, check by naswot"
-    assert recipe("search.final_theta_steps=0", "search.theta_steps=3",
-                  "optim.theta.final_lr=0.05") == \
+    assert earlier("search.final_theta_steps=0", "search.theta_steps=3",
+                   "optim.theta.final_lr=0.05") == \
         "8 epochs, reinforce theta steps (3 a weight step), check by naswot"
-    assert recipe("search.final_theta_steps=0") == \
+    assert earlier("search.final_theta_steps=0") == \
         "8 epochs, reinforce theta steps (theta lr falling to 0 over the last epoch), check " \
         "by naswot"
     # a slower theta is a recipe of its own, though its steps and anneal are the bundled ones
-    assert recipe("optim.theta.lr=0.025", "search.final_theta_steps=24") == \
+    assert earlier("optim.theta.lr=0.025", "search.final_theta_steps=24") == \
         "8 epochs, reinforce theta steps (theta lr 0.025) (24 a weight step in the last " \
         "epoch) (theta lr falling to 0 over the last epoch), check by naswot"
+    # and so is a warm-up of another length
+    assert recipe("search.warmup_epochs=3") == \
+        "8 epochs, 3 weights-only, reinforce theta steps (16 a weight step in the last epoch) " \
+        "(theta lr falling to 0 over the last epoch), check by naswot"
     # so is how the budget is held: a multiplier, or another weight of the absolute penalty
     anneal = "(12 a weight step in the last epoch) (theta lr falling to 0 over the last epoch)"
-    assert recipe("loss.target_penalty=multiplier") == \
+    assert earlier("loss.target_penalty=multiplier") == \
         f"8 epochs, reinforce theta steps {anneal} (multiplier penalty, lr 0.1), check by naswot"
-    assert recipe("loss.target_penalty=multiplier", "loss.multiplier_pace=theta") == \
+    assert earlier("loss.target_penalty=multiplier", "loss.multiplier_pace=theta") == \
         f"8 epochs, reinforce theta steps {anneal} (multiplier penalty, lr 0.1 at theta's " \
         "pace), check by naswot"
-    assert recipe("loss.target_weight=0.3") == \
+    assert earlier("loss.target_weight=0.3") == \
         f"8 epochs, reinforce theta steps {anneal} (penalty weight 0.3), check by naswot"
 
 
@@ -262,7 +272,8 @@ optim: {{theta: {{lr: 0.1}}}}
     assert row["quantile"] == 0.5 and row["seed"] == 0 and len(row["found"]) == 2
     assert row["rerank_by"] == "top1"  # the search's own rule, recorded with its checks
     # no --recipe: named from the config, its theta rate (not the bundled 0.05) included
-    assert row["recipe"] == "2 epochs, relaxed theta steps (theta lr 0.1), check by top1"
+    assert row["recipe"] == "2 epochs, 1 weights-only, relaxed theta steps (theta lr 0.1), " \
+        "check by top1"
     assert row["found_ms"] <= row["budget_ms"] and row["control_ms"] <= row["budget_ms"]
     assert row["cpu"] == cpu_model() and row["jobs"] == 1  # where the minutes were spent
     # the whole search, set-up and scores included, takes longer than its epochs' training
