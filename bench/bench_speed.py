@@ -22,7 +22,9 @@ bfloat16, or with --bf16) and ``kept`` (freed memory kept in the heap:
 ``run.keep_freed_memory``; ``channels_last-kept`` is today's default, ``nchw-kept`` shows what
 keeping alone gains, ``channels_last-conv-kept`` is today's default with every 1x1 conv a
 oneDNN conv (``conv``: as before :mod:`fbnas.arch.pointwise`, which trains those on small maps
-as matrix products), and the options are timed on top of today's default:
+as matrix products), ``channels_last-smalldw-kept`` and ``nchw-smalldw-kept`` take a
+depthwise conv's forward-form weight gradient only where the kernel is wider than the input
+(``smalldw``: as before 2026-11-29, when 5x5 kernels at stride 1 joined them), and the options are timed on top of today's default:
 ``channels_last-folded-kept``, ``nchw-bf16-kept``, ``channels_last-bf16-kept``, and with
 --compile ``compiled-kept`` (channels_last, fp32, torch.compile; its compile time is printed
 apart). The floor is the same network's forward time in ONNX Runtime at the same batch and
@@ -46,6 +48,7 @@ import functools
 import json
 import multiprocessing
 import statistics
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,9 +56,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from fbnas.arch import pointwise
+from fbnas.arch import depthwise, pointwise
 from fbnas.arch.definition import select
-from fbnas.arch.depthwise import route_small_input_depthwise
+from fbnas.arch.depthwise import route_depthwise
 from fbnas.arch.model import Network
 from fbnas.arch.pointwise import route_small_map_pointwise
 from fbnas.arch.space import load_space
@@ -64,8 +67,12 @@ from fbnas.latency.measure import measure_latency
 from fbnas.latency.timing import cpu_model, set_threads
 from fbnas.machine import keep_freed_memory, native_bf16
 
-PATHS = ("nchw", "nchw-kept", "channels_last", "channels_last-conv-kept", "channels_last-kept",
-         "channels_last-folded-kept", "nchw-bf16-kept", "channels_last-bf16-kept")
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_depthwise import small_input_only  # noqa: E402
+
+PATHS = ("nchw", "nchw-kept", "nchw-smalldw-kept", "channels_last", "channels_last-conv-kept",
+         "channels_last-smalldw-kept", "channels_last-kept", "channels_last-folded-kept",
+         "nchw-bf16-kept", "channels_last-bf16-kept")
 
 
 #: the 1.8 ms network every row of found-1.8ms since 2026-11-28 times: the found network of
@@ -109,10 +116,12 @@ class Step:
         self.bf16 = "bf16" in parts
         if self.cl:
             self.net.to(memory_format=torch.channels_last)
-        route_small_input_depthwise(self.net)  # as fbnas.runs.retrain builds its network
+        route_depthwise(self.net)  # as fbnas.runs.retrain builds its network
         route_small_map_pointwise(self.net)
         if "conv" in parts:  # every 1x1 conv a oneDNN conv, as before fbnas/arch/pointwise.py
             pointwise.MAX_PIXELS = 0
+        if "smalldw" in parts:  # this worker's process alone
+            depthwise.forward_form_pays = small_input_only
         if "folded" in parts:
             self.net.fold_batch_norm()
         self.model = torch.compile(self.net) if parts[0] == "compiled" else self.net

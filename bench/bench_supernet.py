@@ -16,6 +16,9 @@ images/s and the ratios. Variants:
              floor a hard step could reach
   hard-onednn  hard-fast with every depthwise conv's weight gradient left to oneDNN, as
              before fbnas/arch/depthwise.py (slow where the kernel is wider than the input)
+  hard-small  hard-fast with the forward-form depthwise weight gradient only where the kernel
+             is wider than the input, as before 2026-11-29 (5x5 at stride 1 on larger maps
+             kept oneDNN's)
   hard-sliced  hard-fast with strided 1x1 inputs sliced, as before 2026-11-28: slicing's
              NCHW gradient made the layer input's gradient NCHW (mixed-format ops after it)
   hard-conv  hard-fast with every 1x1 conv a oneDNN conv, as before fbnas/arch/pointwise.py
@@ -50,8 +53,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fbnas.arch import folded_bn, pointwise
-from fbnas.arch.depthwise import SmallInputDepthwiseConv
+from fbnas.arch import depthwise, folded_bn, pointwise
+from fbnas.arch.depthwise import RoutedDepthwiseConv
 from fbnas.arch.space import load_space
 from fbnas.latency.lut import LUT, load_lut, profile_space
 from fbnas.machine import keep_freed_memory
@@ -59,19 +62,22 @@ from fbnas.search import fused
 from fbnas.search.loss import paper_loss
 from fbnas.search.supernet import Supernet
 
+from bench.bench_depthwise import small_input_only
+
 VARIANTS = ("loop", "fast", "loop-cl", "hard", "hard-fast", "hard-tp2", "hard-one",
-            "hard-onednn", "hard-sliced", "hard-conv")
+            "hard-onednn", "hard-small", "hard-sliced", "hard-conv")
 LABELS = {"loop": "soft, loop (NCHW)", "fast": "soft, fast", "loop-cl": "soft, loop (CL)",
           "hard": "hard, loop (NCHW)", "hard-fast": "hard, fast",
           "hard-tp2": "hard, 2 at transitions", "hard-one": "hard, 1 at transitions",
-          "hard-onednn": "hard, oneDNN dw grads", "hard-sliced": "hard, sliced inputs",
+          "hard-onednn": "hard, oneDNN dw grads", "hard-small": "hard, fwd-form dw if small",
+          "hard-sliced": "hard, sliced inputs",
           "hard-conv": "hard, 1x1 as convs"}
 # the Supernet arguments of each variant (loop-cl is converted after building)
 OPTIONS = {"loop": {"impl": "loop"}, "fast": {"impl": "fast"}, "loop-cl": {"impl": "loop"},
            "hard": {"impl": "loop"}, "hard-fast": {"impl": "fast"},
            "hard-tp2": {"impl": "fast", "transition_paths": 2},
            "hard-one": {"impl": "fast", "soft_transitions": False},
-           "hard-onednn": {"impl": "fast"}, "hard-sliced": {"impl": "fast"},
+           "hard-onednn": {"impl": "fast"}, "hard-small": {"impl": "fast"}, "hard-sliced": {"impl": "fast"},
            "hard-conv": {"impl": "fast"}}
 
 
@@ -83,7 +89,7 @@ def build(space, lut: LUT, variant: str) -> Supernet:
         net = net.to(memory_format=torch.channels_last)
     if variant == "hard-onednn":
         for m in net.modules():
-            if type(m) is SmallInputDepthwiseConv:
+            if type(m) is RoutedDepthwiseConv:
                 m.__class__ = nn.Conv2d
     return net
 
@@ -101,20 +107,22 @@ def make_step(net: Supernet, variant: str, batch: int, resolution: int):
     numbers = itertools.count()
     taken = sliced if variant == "hard-sliced" else folded_bn.pointwise_input
     max_pixels = 0 if variant == "hard-conv" else pointwise.MAX_PIXELS
+    pays = small_input_only if variant == "hard-small" else depthwise.forward_form_pays
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
         torch.manual_seed(next(numbers))  # the same path at the same step of each variant
         kept, kept_pixels = folded_bn.pointwise_input, pointwise.MAX_PIXELS
+        kept_pays = depthwise.forward_form_pays
         folded_bn.pointwise_input = fused.pointwise_input = taken
-        pointwise.MAX_PIXELS = max_pixels
+        pointwise.MAX_PIXELS, depthwise.forward_form_pays = max_pixels, pays
         try:
             logits, cost = net(x, tau=5.0, mode=mode)
             loss, _ = paper_loss(F.cross_entropy(logits, y), cost)
             loss.backward()
         finally:
             folded_bn.pointwise_input = fused.pointwise_input = kept
-            pointwise.MAX_PIXELS = kept_pixels
+            pointwise.MAX_PIXELS, depthwise.forward_form_pays = kept_pixels, kept_pays
         opt.step()
 
     return step

@@ -1,22 +1,28 @@
-"""A depthwise conv whose weight gradient avoids oneDNN's slow path on small feature maps.
+"""A depthwise conv whose weight gradient avoids oneDNN's slow paths on the CPU.
 
-Where a depthwise kernel is wider than its input (5x5 on the 4x4 maps of the last stage of
-``fbnet_cifar`` and ``nasbench_macro``), oneDNN's CPU backward computes the weight gradient
-30 to 140 times slower than the forward: 60 ms against 1 ms for 1,104 channels at batch 64
-on a 2-core AMD EPYC, 2 threads (``bench/bench_depthwise.py``). Such layers held about a tenth of a hard ``fbnet_cifar``
-supernet step (docs/results.md, Training speed).
+oneDNN's CPU backward computes the weight gradient of a depthwise conv fast for 3x3 kernels
+and slowly for 5x5 ones (on the 2-core AMD EPYC the tables were measured on, batch 64,
+channels_last, 1 thread, ``bench/bench_depthwise.py``):
+
+- where the kernel is wider than its input (5x5 on the 4x4 maps of the last stage of
+  ``fbnet_cifar`` and ``nasbench_macro``), 10 to 17 times slower than the form below (68 ms
+  against 5.7 ms for 1,104 channels);
+- for 5x5 at stride 1 on larger maps (7x7 to 32x32), 1.5 to 2.3 times slower (53 ms against
+  36 ms for 384 channels of 16x16).
 
 The weight gradient is a correlation of the input with the output gradient, channel by
-channel and summed over the batch. :func:`depthwise_weight_grad` runs it as a depthwise
-*forward* conv in which every (channel, image) pair is a group, the output gradient is the
-kernel (dilated by the stride) and the kernel's taps are the output; oneDNN's forward is fast
-there (4.4 ms for the layer above). The input gradient keeps oneDNN's backward, which is
-fast at every size measured. Same parameters and state_dict keys as ``nn.Conv2d``; results
-equal up to float rounding (the batch sum runs in another order).
+channel and summed over the batch. :func:`depthwise_weight_grad` runs it as one depthwise
+*forward* conv in which every (image, channel) plane is a group, the output gradient is the
+kernel (dilated by the stride) and the kernel's taps are the output. The input gradient keeps
+oneDNN's backward, which is fast at every size measured. Same parameters and state_dict keys
+as ``nn.Conv2d``; results equal up to float rounding (the batch sum runs in another order).
 
-Elsewhere (inputs at least as large as the kernel, devices other than the CPU, no gradient
-needed, bf16 autocast) the module is a plain ``nn.Conv2d``: on larger inputs the two forms
-measured 0.1x to 1.3x of each other, and the rest was not measured.
+Elsewhere (3x3 kernels and strided 5x5 ones on maps at least as large as the kernel, where
+the form below measured 0.1x to 1.1x of oneDNN's speed; devices other than the CPU; no
+gradient needed; bf16 autocast, not measured) the module is a plain ``nn.Conv2d``. In whole
+steps the stride-1 rule gained 1.03x for a channels_last retrain step of the 1.8 ms
+``fbnet_cifar`` network and 1.07x for an NCHW one (``bench/bench_speed.py``); a hard
+supernet step did not move beyond the machine's noise (docs/results.md, "Depthwise weight gradients of 5x5 kernels").
 """
 
 from __future__ import annotations
@@ -33,14 +39,16 @@ def depthwise_weight_grad(x: torch.Tensor, grad_out: torch.Tensor, kernel: tuple
 
     weight_grad[c, i, j] = sum over n, h, w of grad_out[n, c, h, w] *
     x_padded[n, c, h * stride + i, w * stride + j]: a correlation of each (n, c) input plane
-    with its output-gradient plane, dilated by the stride."""
+    with its output-gradient plane, dilated by the stride. In the default (NCHW) layout the
+    (n, c) planes are already the groups in order, so the only copies are those that take a
+    channels_last input there (the correlation measured 2 to 4 times slower on channels_last
+    planes than the copy costs)."""
     n, c, h, w = x.shape
     ho, wo = grad_out.shape[-2:]
-    planes = x.transpose(0, 1).reshape(1, c * n, h, w)
-    kernels = grad_out.transpose(0, 1).reshape(c * n, 1, ho, wo)
-    taps = F.conv2d(planes, kernels, None, 1, padding, stride, c * n)
-    taps = taps[..., :kernel[0], :kernel[1]]
-    return taps.reshape(c, n, kernel[0], kernel[1]).sum(1).unsqueeze(1)
+    planes = x.contiguous().view(1, n * c, h, w)
+    kernels = grad_out.contiguous().view(n * c, 1, ho, wo)
+    taps = F.conv2d(planes, kernels, None, 1, padding, stride, n * c)
+    return taps[..., :kernel[0], :kernel[1]].reshape(n, c, *kernel).sum(0).unsqueeze(1)
 
 
 class _DepthwiseConv(torch.autograd.Function):
@@ -64,30 +72,35 @@ class _DepthwiseConv(torch.autograd.Function):
         return grad_x, grad_w, None, None
 
 
-class SmallInputDepthwiseConv(nn.Conv2d):
+def forward_form_pays(kernel: tuple[int, int], stride: tuple[int, int], height: int,
+                      width: int) -> bool:
+    """Whether :func:`depthwise_weight_grad` measured faster than oneDNN's backward for this
+    shape: a kernel wider or taller than the input, or a kernel of 5 or more at stride 1."""
+    return (height < kernel[0] or width < kernel[1]
+            or (min(kernel) >= 5 and tuple(stride) == (1, 1)))
+
+
+class RoutedDepthwiseConv(nn.Conv2d):
     """An ``nn.Conv2d`` (depthwise, no bias, dilation 1) whose weight gradient takes
-    :func:`depthwise_weight_grad` when its kernel is wider or taller than its CPU input."""
+    :func:`depthwise_weight_grad` on the CPU where :func:`forward_form_pays`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        kh, kw = self.kernel_size
         if (x.device.type == "cpu" and torch.is_grad_enabled() and self.weight.requires_grad
                 and not torch.is_autocast_enabled("cpu")  # bf16 steps keep oneDNN's own
-                and (x.shape[-2] < kh or x.shape[-1] < kw)):
+                and forward_form_pays(self.kernel_size, self.stride, *x.shape[-2:])):
             return _DepthwiseConv.apply(x, self.weight, self.stride, self.padding)
         return super().forward(x)
 
 
-def route_small_input_depthwise(module: nn.Module) -> int:
+def route_depthwise(module: nn.Module) -> int:
     """Make every depthwise conv of ``module`` (groups = in = out channels, no bias, dilation 1,
-    zero padding) a :class:`SmallInputDepthwiseConv`; return how many were changed. The
-    choice by input size is made at each call: where the kernel is wider than the input the
-    forward form measured 11x to 18x faster, elsewhere 0.1x to 1.3x
-    (``bench/bench_depthwise.py``)."""
+    zero padding) a :class:`RoutedDepthwiseConv`; return how many were changed. The form of
+    the weight gradient is chosen by the input's size at each call."""
     changed = 0
     for m in module.modules():
         if (type(m) is nn.Conv2d and m.groups == m.in_channels == m.out_channels
                 and m.groups > 1 and m.bias is None and m.dilation == (1, 1)
                 and m.padding_mode == "zeros" and isinstance(m.padding, tuple)):
-            m.__class__ = SmallInputDepthwiseConv
+            m.__class__ = RoutedDepthwiseConv
             changed += 1
     return changed

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from fbnas.arch.definition import select, structure_difference
-from fbnas.arch.depthwise import route_small_input_depthwise
+from fbnas.arch.depthwise import route_depthwise
 from fbnas.arch.model import Network
 from fbnas.arch.pointwise import route_small_map_pointwise
 from fbnas.config import Config
@@ -68,7 +68,7 @@ class Retrain(Trainer):
             net.zero_init_residual()
         if self.channels_last:
             net.to(memory_format=torch.channels_last)
-        route_small_input_depthwise(net)  # a oneDNN defect (fbnas/arch/depthwise.py)
+        route_depthwise(net)  # a oneDNN defect (fbnas/arch/depthwise.py)
         route_small_map_pointwise(net)  # faster as matrix products (fbnas/arch/pointwise.py)
         if self.folds_batch_norm():
             net.fold_batch_norm()

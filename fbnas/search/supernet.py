@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fbnas.arch.depthwise import route_small_input_depthwise
+from fbnas.arch.depthwise import route_depthwise
 from fbnas.arch.model import Head, Stem
 from fbnas.arch.ops import build_op
 from fbnas.arch.pointwise import route_small_map_pointwise
@@ -197,7 +197,7 @@ class Supernet(nn.Module):
         if impl == "fast":
             self.to(memory_format=torch.channels_last)
             route_around_strided_pointwise(self)  # a oneDNN defect (fbnas/search/fused.py)
-            route_small_input_depthwise(self)  # another one (fbnas/arch/depthwise.py)
+            route_depthwise(self)  # another one (fbnas/arch/depthwise.py)
             route_small_map_pointwise(self)  # faster as matrix products (fbnas/arch/pointwise.py)
 
     def forward(self, x: torch.Tensor, tau: float = 1.0, mode: str = "soft",

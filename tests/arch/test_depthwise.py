@@ -1,5 +1,6 @@
-"""Depthwise convs whose kernel is wider than their input compute the weight gradient as a
-forward conv (fbnas/arch/depthwise.py): the same outputs and gradients as nn.Conv2d."""
+"""Depthwise convs whose kernel is wider than their input, or 5x5 at stride 1, compute the
+weight gradient as a forward conv (fbnas/arch/depthwise.py): the same outputs and gradients
+as nn.Conv2d."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fbnas.arch.depthwise import (SmallInputDepthwiseConv, _DepthwiseConv,
-                                  route_small_input_depthwise)
+from fbnas.arch.depthwise import (RoutedDepthwiseConv, _DepthwiseConv,
+                                  route_depthwise)
 from fbnas.arch.model import Network
 from fbnas.arch.space import load_space
 
@@ -22,16 +23,18 @@ from fbnas.arch.space import load_space
     (8, 2, 3, 3, 1),   # non-square, 3x3 on 2x3
     (6, 4, 4, 5, 2),   # strided
     (6, 3, 5, 5, 2),   # only the height is under the kernel
+    (6, 8, 8, 5, 1),   # 5x5 at stride 1 on a larger map
+    (4, 9, 7, 7, 1),   # 7x7 at stride 1, odd sides
 ])
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
-def test_small_input_gradients_match_conv2d(channels, height, width, kernel, stride,
+def test_routed_gradients_match_conv2d(channels, height, width, kernel, stride,
                                             memory_format):
     torch.manual_seed(0)
     plain = nn.Conv2d(channels, channels, kernel, stride, kernel // 2, groups=channels,
                       bias=False)
     routed = copy.deepcopy(plain)
-    assert route_small_input_depthwise(routed) == 1
-    assert type(routed) is SmallInputDepthwiseConv
+    assert route_depthwise(routed) == 1
+    assert type(routed) is RoutedDepthwiseConv
     x = torch.randn(3, channels, height, width).contiguous(memory_format=memory_format)
     x1, x2 = x.clone().requires_grad_(), x.clone().requires_grad_()
     y1, y2 = plain(x1), routed(x2)
@@ -52,14 +55,18 @@ def test_weight_gradient_passes_gradcheck():
 
 
 def test_large_inputs_and_other_convs_keep_onednn():
-    convs = nn.Sequential(nn.Conv2d(4, 4, 5, 1, 2, groups=4, bias=False),  # depthwise
+    convs = nn.Sequential(nn.Conv2d(4, 4, 5, 2, 2, groups=4, bias=False),  # depthwise
                           nn.Conv2d(4, 8, 1, bias=False),  # pointwise
                           nn.Conv2d(8, 8, 3, 1, 1, groups=2, bias=False),  # grouped
-                          nn.Conv2d(8, 8, 3, 1, 1, groups=8, bias=True))  # with a bias
-    assert route_small_input_depthwise(convs) == 1
-    assert [type(m) for m in convs] == [SmallInputDepthwiseConv, nn.Conv2d, nn.Conv2d,
-                                        nn.Conv2d]
-    y = convs[0](torch.randn(2, 4, 8, 8, requires_grad=True))  # input wider than the kernel
+                          nn.Conv2d(8, 8, 3, 1, 1, groups=8, bias=True),  # with a bias
+                          nn.Conv2d(8, 8, 3, 1, 1, groups=8, bias=False))  # depthwise 3x3
+    assert route_depthwise(convs) == 2
+    assert [type(m) for m in convs] == [RoutedDepthwiseConv, nn.Conv2d, nn.Conv2d,
+                                        nn.Conv2d, RoutedDepthwiseConv]
+    # strided 5x5 on an input wider than the kernel, and 3x3: oneDNN was as fast or faster
+    y = convs[0](torch.randn(2, 4, 8, 8, requires_grad=True))
+    assert type(y.grad_fn).__name__ == "ConvolutionBackward0"
+    y = convs[4](torch.randn(2, 8, 8, 8, requires_grad=True))
     assert type(y.grad_fn).__name__ == "ConvolutionBackward0"
     with torch.no_grad():  # evaluation: no gradient to speed up
         assert convs[0](torch.randn(2, 4, 4, 4)).grad_fn is None
@@ -78,7 +85,7 @@ def test_network_with_5x5_blocks_on_4x4_maps_trains_the_same():
     plain = Network(load_space("nasbench_macro").definition(
         ["k3_e3", "skip", "k3_e3", "skip", "skip", "k5_e6", "k5_e6", "k5_e6"], name="m"))
     routed = copy.deepcopy(plain)
-    assert route_small_input_depthwise(routed) == 5  # every block has one depthwise conv
+    assert route_depthwise(routed) == 5  # every block has one depthwise conv
     x, y = torch.randn(4, 3, 32, 32), torch.randint(10, (4,))
     for net in (plain, routed):
         opt = torch.optim.SGD(net.parameters(), lr=0.1)
@@ -96,6 +103,6 @@ def test_fast_supernet_routes_its_depthwise_convs():
     lut = load_lut(Path(__file__).resolve().parents[2] / "lookup_tables" /
                    "nasbench_macro_ort.json", space)
     fast, loop = (Supernet(space, lut, impl=impl) for impl in ("fast", "loop"))
-    routed = [m for m in fast.modules() if type(m) is SmallInputDepthwiseConv]
+    routed = [m for m in fast.modules() if type(m) is RoutedDepthwiseConv]
     assert len(routed) == 2 * len(space.layers)  # k3_e3 and k5_e6 of every layer
-    assert not any(type(m) is SmallInputDepthwiseConv for m in loop.modules())
+    assert not any(type(m) is RoutedDepthwiseConv for m in loop.modules())
