@@ -24,7 +24,8 @@ keeping alone gains, ``channels_last-conv-kept`` is today's default with every 1
 oneDNN conv (``conv``: as before :mod:`fbnas.arch.pointwise`, which trains those on small maps
 as matrix products), ``channels_last-smalldw-kept`` and ``nchw-smalldw-kept`` take a
 depthwise conv's forward-form weight gradient only where the kernel is wider than the input
-(``smalldw``: as before 2026-11-29, when 5x5 kernels at stride 1 joined them), and the options are timed on top of today's default:
+(``smalldw``: as before 2026-11-29, when 5x5 kernels at stride 1 joined them), and the
+options are timed on top of today's default:
 ``channels_last-folded-kept``, ``nchw-bf16-kept``, ``channels_last-bf16-kept``, and with
 --compile ``compiled-kept`` (channels_last, fp32, torch.compile; its compile time is printed
 apart). The floor is the same network's forward time in ONNX Runtime at the same batch and

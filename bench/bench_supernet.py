@@ -77,8 +77,8 @@ OPTIONS = {"loop": {"impl": "loop"}, "fast": {"impl": "fast"}, "loop-cl": {"impl
            "hard": {"impl": "loop"}, "hard-fast": {"impl": "fast"},
            "hard-tp2": {"impl": "fast", "transition_paths": 2},
            "hard-one": {"impl": "fast", "soft_transitions": False},
-           "hard-onednn": {"impl": "fast"}, "hard-small": {"impl": "fast"}, "hard-sliced": {"impl": "fast"},
-           "hard-conv": {"impl": "fast"}}
+           "hard-onednn": {"impl": "fast"}, "hard-small": {"impl": "fast"},
+           "hard-sliced": {"impl": "fast"}, "hard-conv": {"impl": "fast"}}
 
 
 def build(space, lut: LUT, variant: str) -> Supernet:

@@ -22,7 +22,8 @@ the form below measured 0.1x to 1.1x of oneDNN's speed; devices other than the C
 gradient needed; bf16 autocast, not measured) the module is a plain ``nn.Conv2d``. In whole
 steps the stride-1 rule gained 1.03x for a channels_last retrain step of the 1.8 ms
 ``fbnet_cifar`` network and 1.07x for an NCHW one (``bench/bench_speed.py``); a hard
-supernet step did not move beyond the machine's noise (docs/results.md, "Depthwise weight gradients of 5x5 kernels").
+supernet step did not move beyond the machine's noise (docs/results.md, "Depthwise weight
+gradients of 5x5 kernels").
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ def depthwise_weight_grad(x: torch.Tensor, grad_out: torch.Tensor, kernel: tuple
     weight_grad[c, i, j] = sum over n, h, w of grad_out[n, c, h, w] *
     x_padded[n, c, h * stride + i, w * stride + j]: a correlation of each (n, c) input plane
     with its output-gradient plane, dilated by the stride. In the default (NCHW) layout the
-    (n, c) planes are already the groups in order, so the only copies are those that take a
-    channels_last input there (the correlation measured 2 to 4 times slower on channels_last
-    planes than the copy costs)."""
+    (n, c) planes are already the groups in order: the only copies are those that bring a
+    channels_last input into that layout, cheaper than transposing (n, c) to (c, n) as this
+    function did before 2026-11-29."""
     n, c, h, w = x.shape
     ho, wo = grad_out.shape[-2:]
     planes = x.contiguous().view(1, n * c, h, w)
