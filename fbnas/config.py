@@ -140,8 +140,10 @@ class SearchConfig:
     rerank: int = 8
     # what "best" means there: the one-shot top-1 alone, the sum of its rank and the rank of
     # the network's MACs among the checked ones, or the training-free NASWOT score of a fresh
-    # copy of each, which needs no one-shot pass (fbnas/search/oneshot_check.py)
-    rerank_by: str = _choices("top1", "top1_and_macs", "naswot", default="top1")
+    # copy of each, which needs no one-shot pass, or the sum of NASWOT's rank and the one-shot
+    # top-1's (fbnas/search/oneshot_check.py)
+    rerank_by: str = _choices("top1", "top1_and_macs", "naswot", "naswot_and_top1",
+                              default="top1")
     # also check, for each layer and candidate, the most probable network within the window
     # that uses it there: a layer theta settled early is then checked too (oneshot_check.py)
     rerank_alternatives: bool = False

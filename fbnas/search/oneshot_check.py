@@ -13,6 +13,10 @@ them, by ``search.rerank_by``:
 - ``naswot``: the best training-free score (fbnas/search/naswot.py) of a freshly initialised
   copy of each network, ties to the more probable. It needs no one-shot pass, so the check
   costs a forward pass of one batch per network instead of a pass over the held-out split.
+- ``naswot_and_top1``: the best sum of the NASWOT score's rank and the one-shot top-1's;
+  ties to the better NASWOT score, then to the more probable. Two signals that fail in
+  different places (one untrained, one trained for minutes) might correct each other; on
+  NAS-Bench-Macro they did not (docs/results.md), and ``naswot`` alone stays the better rule.
 
 Why MACs: a supernet trained for minutes on a few thousand images ranks networks by how
 fast they learn, not by how well they end. On NAS-Bench-Macro the one-shot top-1 of a
@@ -34,7 +38,11 @@ import numpy as np
 
 #: the values of ``search.rerank_by``: the figures whose ranks each rule sums (the first
 #: breaks ties)
-RULES = {"top1": ("top1",), "top1_and_macs": ("top1", "macs"), "naswot": ("naswot",)}
+RULES = {"top1": ("top1",), "top1_and_macs": ("top1", "macs"), "naswot": ("naswot",),
+         "naswot_and_top1": ("naswot", "top1")}
+#: how a search's epoch line names each rule ("best NASWOT of the 8 most probable")
+LABELS = {"top1": "one-shot", "top1_and_macs": "one-shot and MACs", "naswot": "NASWOT",
+          "naswot_and_top1": "NASWOT and one-shot"}
 
 
 def needs(rule: str, figure: str) -> bool:

@@ -47,3 +47,12 @@ def test_naswot_keeps_the_best_training_free_score_ties_to_the_more_probable():
 
 def test_naswot_ignores_one_shot_scores_and_macs():
     assert choose("naswot", naswot=[1.0, 2.0], top1=[90.0, 10.0], macs=[9e9, 1.0]) == 1
+
+
+def test_naswot_and_top1_sums_both_ranks_ties_to_the_better_naswot_score():
+    # NASWOT alone keeps the last, one-shot alone the first; the second is good by both
+    naswot, top1 = [300.0, 315.0, 310.0, 320.0], [50.0, 48.0, 45.0, 30.0]
+    assert choose("naswot", naswot=naswot) == 3 and choose("top1", top1=top1) == 0
+    assert choose("naswot_and_top1", naswot=naswot, top1=top1) == 1
+    # equal rank sums (2 + 1 against 1 + 2): the better NASWOT score wins
+    assert choose("naswot_and_top1", naswot=[300.0, 310.0], top1=[50.0, 40.0]) == 1

@@ -495,6 +495,16 @@ def test_budget_search_ends_with_a_one_shot_check_of_its_most_probable_networks(
     run_search(naswot, tmp_path / "nw2", echo=quiet)
     again = load_checkpoint(tmp_path / "nw2/checkpoints/last.pt")["decision"]["candidates"]
     assert [x["naswot"] for x in again] == [x["naswot"] for x in c]
+    # naswot_and_top1 scores the same list both ways and keeps the best sum of the two ranks
+    run_search(small_config(tiny_lut_file, **sets, **{"search.rerank": 3,
+                                                     "search.rerank_by": "naswot_and_top1"}),
+               tmp_path / "both", echo=quiet)
+    d = load_checkpoint(tmp_path / "both/checkpoints/last.pt")["decision"]
+    both = d["candidates"]
+    assert [x["naswot"] for x in both] == [x["naswot"] for x in c]
+    assert d["rank"] == choose("naswot_and_top1", naswot=[x["naswot"] for x in both],
+                               top1=[x["val_top1"] for x in both])
+    assert "best NASWOT and one-shot of the 3" in (tmp_path / "both/train.log").read_text()
     # search.rerank_alternatives: the same 3 first, then each layer's alternatives
     run_search(small_config(tiny_lut_file, **sets, **{
         "search.rerank": 3, "search.rerank_by": "naswot", "search.rerank_alternatives": True}),
