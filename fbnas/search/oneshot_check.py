@@ -40,9 +40,13 @@ import numpy as np
 #: breaks ties)
 RULES = {"top1": ("top1",), "top1_and_macs": ("top1", "macs"), "naswot": ("naswot",),
          "naswot_and_top1": ("naswot", "top1")}
-#: how a search's epoch line names each rule ("best NASWOT of the 8 most probable")
-LABELS = {"top1": "one-shot", "top1_and_macs": "one-shot and MACs", "naswot": "NASWOT",
-          "naswot_and_top1": "NASWOT and one-shot"}
+#: how a search's epoch line names each figure ("best NASWOT and one-shot of the 8 ...")
+FIGURE_NAMES = {"top1": "one-shot", "macs": "MACs", "naswot": "NASWOT"}
+
+
+def label(rule: str) -> str:
+    """The rule's figures as the epoch line names them, e.g. "one-shot and MACs"."""
+    return " and ".join(FIGURE_NAMES[f] for f in RULES[rule])
 
 
 def needs(rule: str, figure: str) -> bool:

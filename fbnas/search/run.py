@@ -41,7 +41,7 @@ from fbnas.runs.trainer import Batch, Trainer
 from fbnas.search.checkpoint import check_search_parts
 from fbnas.search.health import search_warnings, skip_count
 from fbnas.search.loss import multiplier_step, paper_loss, target_loss
-from fbnas.search.oneshot_check import LABELS, RULES, checked_networks, choose, needs
+from fbnas.search.oneshot_check import RULES, checked_networks, choose, label, needs
 from fbnas.search.pictures import progress_chart, theta_heatmap, write_png
 from fbnas.search.supernet import Supernet, recalibrated_bn
 from fbnas.search.table import copy_table
@@ -595,7 +595,7 @@ class Search(Trainer):
         if "found_val_top1" in r:
             found += f" val top1 {r['found_val_top1']:.2f}%"
         if "rerank_moved" in r:
-            by = LABELS[self.cfg.search.rerank_by]
+            by = label(self.cfg.search.rerank_by)
             also = " and per-layer alternatives" if self.cfg.search.rerank_alternatives else ""
             found += (f" (best {by} of the {self.cfg.search.rerank} most probable{also}: "
                       f"#{r['rerank_moved'] + 1})")
