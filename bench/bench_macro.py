@@ -244,6 +244,8 @@ def recipe_of(cfg, alternatives: bool = False) -> str:
     warmup = cfg.warmup_epochs
     epochs = f"{s.epochs} epochs" + (f", {warmup} weights-only"
                                      if warmup != UNNAMED_WARMUP_EPOCHS else "")
+    if s.shared_weights:
+        epochs += ", shared weights"
     steps = f" ({s.theta_steps} a weight step)" if s.theta_steps > 1 else ""
     if cfg.optim.theta.lr != UNNAMED_THETA_LR:
         steps += f" (theta lr {cfg.optim.theta.lr:g})"

@@ -183,18 +183,23 @@ def bench():
 
 
 def test_a_rows_recipe_names_what_decides_the_search():
-    """Rows of two settings never share a recipe name: the weights-only epochs, theta steps,
-    the last epoch's theta steps, theta's rate and its last-epoch rate, and the budget's
-    penalty show in it where they differ from the default."""
+    """Rows of two settings never share a recipe name: the weights-only epochs, shared
+    weights, theta steps, the last epoch's theta steps, theta's rate and its last-epoch
+    rate, and the budget's penalty show in it where they differ from the default."""
     from fbnas.config import load_config
 
     def recipe(*sets):
         return bench().recipe_of(load_config(REPO / "configs" / "macro.yaml", list(sets)))
 
     def earlier(*sets):  # the recipes before the 4-epoch warm-up, which keep their rows' names
-        return recipe("search.warmup_epochs=2", "search.final_theta_steps=12", *sets)
+        return recipe("search.warmup_epochs=2", "search.final_theta_steps=12",
+                      "search.shared_weights=false", *sets)
 
     assert recipe() == \
+        "8 epochs, 4 weights-only, shared weights, reinforce theta steps (16 a weight step in " \
+        "the last epoch) (theta lr falling to 0 over the last epoch), check by naswot"
+    # the recipe before shared weights keeps its rows' name
+    assert recipe("search.shared_weights=false") == \
         "8 epochs, 4 weights-only, reinforce theta steps (16 a weight step in the last epoch) " \
         "(theta lr falling to 0 over the last epoch), check by naswot"
     assert earlier() == \
@@ -217,8 +222,8 @@ def test_a_rows_recipe_names_what_decides_the_search():
         "epoch) (theta lr falling to 0 over the last epoch), check by naswot"
     # and so is a warm-up of another length
     assert recipe("search.warmup_epochs=3") == \
-        "8 epochs, 3 weights-only, reinforce theta steps (16 a weight step in the last epoch) " \
-        "(theta lr falling to 0 over the last epoch), check by naswot"
+        "8 epochs, 3 weights-only, shared weights, reinforce theta steps (16 a weight step in " \
+        "the last epoch) (theta lr falling to 0 over the last epoch), check by naswot"
     # so is how the budget is held: a multiplier, or another weight of the absolute penalty
     anneal = "(12 a weight step in the last epoch) (theta lr falling to 0 over the last epoch)"
     assert earlier("loss.target_penalty=multiplier") == \
