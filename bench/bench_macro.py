@@ -38,11 +38,13 @@ import random
 import shutil
 import statistics
 import sys
+import textwrap
 import time
 from pathlib import Path
 
 from fbnas.arch.space import load_space
 from fbnas.config import load_config
+from fbnas.io import atomic_write
 from fbnas.latency.lut import load_lut
 from fbnas.latency.timing import cpu_model
 from fbnas.runs.checkpoint import load_checkpoint
@@ -513,7 +515,9 @@ def draw(rows: list[dict], truth, lat: dict[str, float], png: Path) -> None:
     for i, name in enumerate(recipes):
         mine = [r for r in rows if r["recipe"] == name]
         ax.scatter([r["found_ms"] for r in mine], [r["accuracy"] for r in mine], s=30,
-                   marker="os^D"[i % 4], color=f"C{i}", label=f"found ({name})", zorder=3)
+                   marker="os^D"[i % 4], color=f"C{i}", zorder=3,
+                   # a recipe's name runs to a paragraph: wrapped, it stays inside the figure
+                   label=textwrap.fill(f"found ({name})", 60))
     ax.scatter([r["control_ms"] for r in rows], [r["control_accuracy"] for r in rows],
                marker="x", color="tab:red", label="cost-only control", zorder=3)
     ax.set_ylim(max(80.0, min(truth[k] for k in keys)), None)
@@ -523,8 +527,7 @@ def draw(rows: list[dict], truth, lat: dict[str, float], png: Path) -> None:
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title("fbnas searches of nasbench_macro, scored by lookup", fontsize=9)
     fig.tight_layout()
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png)
+    atomic_write(png, lambda p: fig.savefig(p, format="png"))
     print(f"wrote {png}")
 
 
