@@ -11,7 +11,13 @@ LUT ?= lookup_tables/fbnet_cifar_ort.json
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@# a dropped connection mid-download (torch is gigabytes) fails pip outright; try again
+	@for i in 1 2 3; do \
+	  $(PY) -m pip install -q --disable-pip-version-check --timeout 60 --retries 10 -e '.[dev]' \
+	    && break; \
+	  if [ $$i = 3 ]; then echo "pip install failed 3 times; check the network and rerun make" >&2; exit 1; fi; \
+	  echo "pip install failed (try $$i of 3); trying again in 30 s" >&2; sleep 30; \
+	done
 	touch $@
 
 install: $(VENV)/.installed
