@@ -248,6 +248,10 @@ def recipe_of(cfg, alternatives: bool = False) -> str:
                                      if warmup != UNNAMED_WARMUP_EPOCHS else "")
     if s.shared_weights:
         epochs += ", shared weights"
+    if s.mode == "hard" and not s.soft_transitions:
+        epochs += ", hard transition layers"
+    elif s.mode == "hard" and s.transition_paths:
+        epochs += f", {s.transition_paths} paths at transition layers"
     steps = f" ({s.theta_steps} a weight step)" if s.theta_steps > 1 else ""
     if cfg.optim.theta.lr != UNNAMED_THETA_LR:
         steps += f" (theta lr {cfg.optim.theta.lr:g})"

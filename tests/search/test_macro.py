@@ -184,8 +184,9 @@ def bench():
 
 def test_a_rows_recipe_names_what_decides_the_search():
     """Rows of two settings never share a recipe name: the weights-only epochs, shared
-    weights, theta steps, the last epoch's theta steps, theta's rate and its last-epoch
-    rate, and the budget's penalty show in it where they differ from the default."""
+    weights, how the transition layers step, theta steps, the last epoch's theta steps,
+    theta's rate and its last-epoch rate, and the budget's penalty show in it where they
+    differ from the default."""
     from fbnas.config import load_config
 
     def recipe(*sets):
@@ -198,6 +199,13 @@ def test_a_rows_recipe_names_what_decides_the_search():
     assert recipe() == \
         "8 epochs, 4 weights-only, shared weights, reinforce theta steps (16 a weight step in " \
         "the last epoch) (theta lr falling to 0 over the last epoch), check by naswot"
+    # how the transition layers run a weight step
+    assert recipe("search.soft_transitions=false") == \
+        "8 epochs, 4 weights-only, shared weights, hard transition layers, reinforce theta " \
+        "steps (16 a weight step in the last epoch) (theta lr falling to 0 over the last " \
+        "epoch), check by naswot"
+    assert recipe("search.transition_paths=2").startswith(
+        "8 epochs, 4 weights-only, shared weights, 2 paths at transition layers, reinforce")
     # the recipe before shared weights keeps its rows' name
     assert recipe("search.shared_weights=false") == \
         "8 epochs, 4 weights-only, reinforce theta steps (16 a weight step in the last epoch) " \
