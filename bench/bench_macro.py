@@ -563,7 +563,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--config", default="configs/macro.yaml")
     ap.add_argument("--set", action="append", default=[], help="extra config key=value")
     ap.add_argument("--recipe", default=None, help="search: a name for the settings --set "
-                    "makes (default: epochs, theta estimator and check rule, from the config); "
+                    "makes (default: named from the config settings that decide the search); "
                     "report: keep only the rows of this recipe")
     ap.add_argument("--quantiles", type=float, nargs="+", default=[0.2, 0.4, 0.6, 0.8])
     ap.add_argument("--target-ms", type=float, nargs="+", default=None,
