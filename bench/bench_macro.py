@@ -52,7 +52,8 @@ from fbnas.search.checkpoint import load_search_checkpoint
 from fbnas.search.groundtruth import (all_keys, judge, key_of, latency_quantile, load_truth,
                                       ops_of, pareto_front)
 from fbnas.search.naswot import data_images, score_architectures
-from fbnas.search.oneshot_check import RULES, checked_networks, choose, needs
+from fbnas.search.oneshot_check import (RULES, checked_networks, choose, log_probabilities,
+                                        needs)
 from fbnas.search.run import run_search
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -209,7 +210,7 @@ def score_run(args, out: Path, truth, lut, space, lat, naswot: Naswot) -> dict:
     row = {
         "budget_ms": ck.budget.ms, "floor": floor, "rerank": k if k > 1 else 0, "rerank_by": by,
         "seed": cfg.run.seed, "config": args.config, "sets": args.set,
-        "recipe": args.recipe or recipe_of(cfg, alt),
+        "recipe": args.recipe or recipe_of(cfg, alt, by, k),
         "found": key_of(found), "found_ms": round(lut.predict(found) / 1000, 4),
         "accuracy": round(v.accuracy, 3), "percentile": round(v.percentile, 1),
         "oracle": v.oracle, "oracle_accuracy": round(v.oracle_accuracy, 3),
@@ -236,9 +237,12 @@ def score_run(args, out: Path, truth, lut, space, lat, naswot: Naswot) -> dict:
 UNNAMED_THETA_LR = 0.05
 #: the weights-only epochs of every row recipe_of named before it named them (macro.yaml's 2)
 UNNAMED_WARMUP_EPOCHS = 2
+#: the networks checked in every row recipe_of named before it named how many
+UNNAMED_RERANK = 8
 
 
-def recipe_of(cfg, alternatives: bool = False) -> str:
+def recipe_of(cfg, alternatives: bool = False, by: str | None = None,
+              k: int | None = None) -> str:
     """A row's recipe where --recipe names none: what decides the search, read from its own
     config, so that rows of two settings never share a name when a config file changes
     (rows written before this say "default": 5 epochs, relaxed theta steps)."""
@@ -266,7 +270,10 @@ def recipe_of(cfg, alternatives: bool = False) -> str:
         steps += f" (multiplier penalty, lr {lo.multiplier_lr:g}{pace})"
     elif lo.target_weight != 1.0:
         steps += f" (penalty weight {lo.target_weight:g})"
-    check = f"check by {s.rerank_by}" + (" with per-layer alternatives" if alternatives else "")
+    by = s.rerank_by if by is None else by
+    k = s.rerank if k is None else k
+    check = f"check by {by}" + (f" of {k}" if k != UNNAMED_RERANK else "")
+    check += " with per-layer alternatives" if alternatives else ""
     return f"{epochs}, {s.theta_estimator} theta steps{steps}, {check}"
 
 
@@ -284,7 +291,8 @@ def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: 
     shot = one_shot(run_dir, keys) if needs(by, "top1") else [{}] * len(keys)
     nw = naswot(keys) if needs(by, "naswot") else [None] * len(keys)
     best = choose(by, top1=[m.get("top1") for m in shot], naswot=nw,
-                  macs=[lut.raw_sum(ops, "macs") for ops in options])
+                  macs=[lut.raw_sum(ops, "macs") for ops in options],
+                  theta=log_probabilities(space, probs, options))
     return options[best], [scored_entry(ops, m.get("top1"), m.get("ce"), v)
                            for ops, m, v in zip(options, shot, nw)]
 
@@ -293,9 +301,10 @@ def redecided(row: dict, by: str, truth, lut, lat, naswot: Naswot) -> dict | Non
     """``row`` as its search and control would have decided by rule ``by`` from the networks
     their checks recorded (no search rerun; NASWOT scores are computed from the keys); None
     for rows saved before checks were recorded, or whose checks lack the one-shot score the
-    rule needs. A check of one network (the window held no other) decides the same by any
-    rule."""
-    if row.get("rerank_by", "top1") == by or "found_candidates" not in row:
+    rule needs, and for rules that weigh theta (a row does not keep it: re-decide the run with
+    ``score --rerank-by``). A check of one network (the window held no other) decides the same
+    by any rule."""
+    if row.get("rerank_by", "top1") == by or "found_candidates" not in row or needs(by, "theta"):
         return None
     checks = [row.get(f"{who}_candidates") or [] for who in ("found", "control")]
     if needs(by, "top1") and any(c[1] is None for checked in checks for c in checked):

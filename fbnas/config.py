@@ -141,9 +141,10 @@ class SearchConfig:
     # what "best" means there: the one-shot top-1 alone, the sum of its rank and the rank of
     # the network's MACs among the checked ones, or the training-free NASWOT score of a fresh
     # copy of each, which needs no one-shot pass, or the sum of NASWOT's rank and the one-shot
-    # top-1's (fbnas/search/oneshot_check.py)
+    # top-1's, or NASWOT's z-score plus a quarter of theta's log-probability's, with theta a
+    # prior over a long list (fbnas/search/oneshot_check.py)
     rerank_by: str = _choices("top1", "top1_and_macs", "naswot", "naswot_and_top1",
-                              default="top1")
+                              "naswot_and_theta", default="top1")
     # also check, for each layer and candidate, the most probable network within the window
     # that uses it there: a layer theta settled early is then checked too (oneshot_check.py)
     rerank_alternatives: bool = False
@@ -467,8 +468,12 @@ def validate(cfg: Config) -> Config:
          "config key search.transition_paths must be 0 (mix every candidate of a transition "
          f"layer) or from 2 to 64, got {s.transition_paths}; one path there is "
          "search.soft_transitions=false")
-    need(0 <= s.rerank <= 64, "config key search.rerank must be from 0 to 64 (the networks "
-                              f"scored one-shot after the search), got {s.rerank}")
+    if s.rerank_by in ("top1", "top1_and_macs", "naswot_and_top1"):  # one-shot passes
+        need(0 <= s.rerank <= 64, "config key search.rerank must be from 0 to 64 (the "
+                                  f"networks scored one-shot after the search), got {s.rerank}")
+    else:  # a NASWOT score costs one batch's forward pass, no pass over the val split
+        need(0 <= s.rerank <= 1024, "config key search.rerank must be from 0 to 1024 (the "
+                                    f"networks checked after the search), got {s.rerank}")
     need(0 <= s.reinforce_momentum < 1, "config key search.reinforce_momentum must be in "
                                         f"[0, 1), got {s.reinforce_momentum:g}")
     need(s.temperature.initial > 0, "config key search.temperature.initial must be positive")

@@ -41,7 +41,8 @@ from fbnas.runs.trainer import Batch, Trainer
 from fbnas.search.checkpoint import check_search_parts
 from fbnas.search.health import search_warnings, skip_count
 from fbnas.search.loss import multiplier_step, paper_loss, target_loss
-from fbnas.search.oneshot_check import RULES, checked_networks, choose, label, needs
+from fbnas.search.oneshot_check import (RULES, checked_networks, choose, label,
+                                        log_probabilities, needs)
 from fbnas.search.pictures import progress_chart, theta_heatmap, write_png
 from fbnas.search.supernet import Supernet, recalibrated_bn
 from fbnas.search.table import copy_table
@@ -161,8 +162,12 @@ class Search(Trainer):
         self.decision = (ckpt or {}).get("decision")
 
     def _check_budget(self) -> None:
-        """Refuse a budget no network of the space meets; warn of one it cannot spend."""
-        from fbnas.search.budget import ops_under_budget
+        """Refuse a budget no network of the space meets, or a check list too long to find
+        (before training, not after it); warn of a budget it cannot spend."""
+        from fbnas.search.budget import check_window_list, ops_under_budget
+
+        if self.cfg.search.rerank > 1:
+            check_window_list(self.space, self.cfg.search.rerank)
 
         costs = self.lut.layer_costs()
         uniform = [np.full(len(c), 1.0 / len(c)) for c in costs]
@@ -302,7 +307,8 @@ class Search(Trainer):
         return [p.double().cpu().numpy() for p in self.net.probabilities()]
 
     #: where each figure of a rule (oneshot_check.RULES) is kept in a checked network's record
-    CHECK_KEYS = {"top1": "val_top1", "macs": "macs", "naswot": "naswot"}
+    CHECK_KEYS = {"top1": "val_top1", "macs": "macs", "naswot": "naswot",
+                  "theta": "log_prob"}
 
     def rerank(self) -> dict | None:
         """Score the ``search.rerank`` most probable networks within the budget's window (and,
@@ -322,7 +328,8 @@ class Search(Trainer):
         probs = self.probabilities_np()
         options = checked_networks(self.lut, self.space, probs, self.budget.us,
                                    self.budget.floor, k, self.cfg.search.rerank_alternatives)
-        scored = [{"ops": ops, "macs": self.lut.raw_sum(ops, "macs")} for ops in options]
+        scored = [{"ops": ops, "macs": self.lut.raw_sum(ops, "macs"), "log_prob": lp}
+                  for ops, lp in zip(options, log_probabilities(self.space, probs, options))]
         if needs(rule, "naswot"):
             from fbnas.search.naswot import data_images, score_architectures
 

@@ -199,6 +199,11 @@ def test_a_rows_recipe_names_what_decides_the_search():
     assert recipe() == \
         "8 epochs, 4 weights-only, shared weights, reinforce theta steps (16 a weight step in " \
         "the last epoch) (theta lr falling to 0 over the last epoch), check by naswot"
+    # the check: another rule, or another number of networks checked
+    assert recipe("search.rerank_by=naswot_and_theta", "search.rerank=256").endswith(
+        "(theta lr falling to 0 over the last epoch), check by naswot_and_theta of 256")
+    assert bench().recipe_of(load_config(REPO / "configs" / "macro.yaml"), by="naswot_and_theta",
+                             k=256).endswith("check by naswot_and_theta of 256")
     # how the transition layers run a weight step
     assert recipe("search.soft_transitions=false") == \
         "8 epochs, 4 weights-only, shared weights, hard transition layers, reinforce theta " \

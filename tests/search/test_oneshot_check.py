@@ -1,8 +1,9 @@
 """The one-shot check's choice among theta's most probable networks (search.rerank_by)."""
 
+import numpy as np
 import pytest
 
-from fbnas.search.oneshot_check import choose
+from fbnas.search.oneshot_check import choose, log_probabilities
 
 
 def test_tied_macs_share_their_places_and_leave_the_choice_to_top1():
@@ -56,3 +57,26 @@ def test_naswot_and_top1_sums_both_ranks_ties_to_the_better_naswot_score():
     assert choose("naswot_and_top1", naswot=naswot, top1=top1) == 1
     # equal rank sums (2 + 1 against 1 + 2): the better NASWOT score wins
     assert choose("naswot_and_top1", naswot=[300.0, 310.0], top1=[50.0, 40.0]) == 1
+
+
+def test_naswot_and_theta_lets_theta_veto_a_network_the_search_made_unlikely():
+    # NASWOT alone keeps the last network by a hair; theta gave it a far lower probability
+    naswot, theta = [300.0, 310.0, 320.0, 321.0], [-1.0, -2.0, -3.0, -20.0]
+    assert choose("naswot", naswot=naswot) == 3
+    assert choose("naswot_and_theta", naswot=naswot, theta=theta) == 2
+    # ...but a quarter of theta's z-score does not outweigh a clear NASWOT lead
+    assert choose("naswot_and_theta", naswot=[300.0, 301.0, 302.0, 340.0], theta=theta) == 3
+
+
+def test_naswot_and_theta_with_equal_figures_keeps_the_more_probable():
+    assert choose("naswot_and_theta", naswot=[5.0, 5.0], theta=[-1.0, -1.0]) == 0
+
+
+def test_log_probabilities_sum_each_layers_log_probability_of_the_network():
+    from fbnas.arch.space import load_space
+
+    space = load_space("nasbench_macro")
+    probs = [np.array([0.2, 0.3, 0.5])] * len(space.layers)
+    ops = [layer.candidates[i % 3] for i, layer in enumerate(space.layers)]
+    expected = sum(np.log([0.2, 0.3, 0.5][i % 3]) for i in range(len(space.layers)))
+    assert log_probabilities(space, probs, [ops]) == pytest.approx([expected])

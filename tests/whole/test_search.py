@@ -1,10 +1,12 @@
 import json
 import logging
+import math
 
 import pytest
 import torch
 from click.testing import CliRunner
 
+from fbnas.arch.space import SearchSpace
 from fbnas.cli import main
 from fbnas.config import load_config
 from fbnas.errors import FbnasError
@@ -505,6 +507,23 @@ def test_budget_search_ends_with_a_one_shot_check_of_its_most_probable_networks(
     assert d["rank"] == choose("naswot_and_top1", naswot=[x["naswot"] for x in both],
                                top1=[x["val_top1"] for x in both])
     assert "best NASWOT and one-shot of the 3" in (tmp_path / "both/train.log").read_text()
+    # naswot_and_theta weighs the same NASWOT scores with each network's log-probability
+    # under the search's theta, recorded beside them
+    run_search(small_config(tiny_lut_file, **sets, **{"search.rerank": 3,
+                                                     "search.rerank_by": "naswot_and_theta"}),
+               tmp_path / "prior", echo=quiet)
+    ckpt = load_checkpoint(tmp_path / "prior/checkpoints/last.pt")
+    d, probs = ckpt["decision"], [torch.softmax(t, 0).tolist() for t in ckpt["theta"]]
+    prior = d["candidates"]
+    assert [x["naswot"] for x in prior] == [x["naswot"] for x in c]
+    layers = SearchSpace.from_dict(ckpt["space"]).layers
+    for x in prior:
+        picks = [layer.candidates.index(op) for layer, op in zip(layers, x["ops"])]
+        assert x["log_prob"] == pytest.approx(sum(math.log(p[i]) for p, i in zip(probs, picks)))
+    assert [x["log_prob"] for x in prior] == sorted((x["log_prob"] for x in prior), reverse=True)
+    assert d["rank"] == choose("naswot_and_theta", naswot=[x["naswot"] for x in prior],
+                               theta=[x["log_prob"] for x in prior])
+    assert "best NASWOT and theta of the 3" in (tmp_path / "prior/train.log").read_text()
     # search.rerank_alternatives: the same 3 first, then each layer's alternatives
     run_search(small_config(tiny_lut_file, **sets, **{
         "search.rerank": 3, "search.rerank_by": "naswot", "search.rerank_alternatives": True}),
@@ -515,6 +534,20 @@ def test_budget_search_ends_with_a_one_shot_check_of_its_most_probable_networks(
                             key=lambda i: (d["candidates"][i]["naswot"], -i))
     assert "best NASWOT of the 3 most probable and per-layer alternatives" in (
         tmp_path / "alt/train.log").read_text()
+
+
+def test_a_check_list_too_long_to_find_is_refused_before_training(tmp_path, tiny_lut_file,
+                                                                  tiny_lut_data):
+    """A NASWOT check may list up to 1024 networks, but listing them takes memory that grows
+    with the space's candidates and layers: the search refuses, naming the longest list that
+    fits, before it trains anything."""
+    budget = round(2.5 * _fastest_ms(tiny_lut_data), 6)
+    cfg = small_config(tiny_lut_file, **{"loss.form": "target", "loss.target_ms": budget,
+                                         "search.rerank": 1024, "search.rerank_by": "naswot"})
+    with pytest.raises(FbnasError, match=r"search.rerank 1024: .* GiB of memory; use "
+                                         r"search.rerank \d+ or fewer"):
+        run_search(cfg, tmp_path / "run", echo=quiet)
+    assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 def test_a_search_on_a_space_file_resumes_from_another_folder(tmp_path, tiny_lut_file,
