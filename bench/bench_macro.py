@@ -504,8 +504,12 @@ def simple_rules(rows: list[dict], truth, lut, lat: dict[str, float],
 
 
 def tau(values, true) -> float:
+    """Kendall tau; NaN where it is undefined (fewer than two networks, or a constant
+    figure), as scipy returns then, without its warning."""
     from scipy.stats import kendalltau
 
+    if len(values) < 2 or len(set(values)) < 2 or len(set(true)) < 2:
+        return float("nan")
     return float(kendalltau(values, true).statistic)
 
 
