@@ -420,6 +420,8 @@ MAX_WORKERS = 64
 
 def validate(cfg: Config) -> Config:
     """Cross-field checks that a type cannot express."""
+    from fbnas.search.oneshot_check import needs  # which check rules run one-shot passes
+
     def need(ok: bool, msg: str) -> None:
         if not ok:
             raise UsageError(msg)
@@ -468,7 +470,7 @@ def validate(cfg: Config) -> Config:
          "config key search.transition_paths must be 0 (mix every candidate of a transition "
          f"layer) or from 2 to 64, got {s.transition_paths}; one path there is "
          "search.soft_transitions=false")
-    if s.rerank_by in ("top1", "top1_and_macs", "naswot_and_top1"):  # one-shot passes
+    if needs(s.rerank_by, "top1"):  # a one-shot pass over the val split per network
         need(0 <= s.rerank <= 64, "config key search.rerank must be from 0 to 64 (the "
                                   f"networks scored one-shot after the search), got {s.rerank}")
     else:  # a NASWOT score costs one batch's forward pass, no pass over the val split
