@@ -418,10 +418,13 @@ def check_floor(floor: float) -> None:
 MAX_WORKERS = 64
 
 
+#: the search.rerank_by rules that score each checked network one-shot (those of
+#: fbnas.search.oneshot_check.RULES that use "top1"; a config does not import the search)
+ONE_SHOT_RULES = ("top1", "top1_and_macs", "naswot_and_top1")
+
+
 def validate(cfg: Config) -> Config:
     """Cross-field checks that a type cannot express."""
-    from fbnas.search.oneshot_check import needs  # which check rules run one-shot passes
-
     def need(ok: bool, msg: str) -> None:
         if not ok:
             raise UsageError(msg)
@@ -470,7 +473,7 @@ def validate(cfg: Config) -> Config:
          "config key search.transition_paths must be 0 (mix every candidate of a transition "
          f"layer) or from 2 to 64, got {s.transition_paths}; one path there is "
          "search.soft_transitions=false")
-    if needs(s.rerank_by, "top1"):  # a one-shot pass over the val split per network
+    if s.rerank_by in ONE_SHOT_RULES:  # a one-shot pass over the val split per network
         need(0 <= s.rerank <= 64, "config key search.rerank must be from 0 to 64 (the "
                                   f"networks scored one-shot after the search), got {s.rerank}")
     else:  # a NASWOT score costs one batch's forward pass, no pass over the val split

@@ -80,3 +80,10 @@ def test_log_probabilities_sum_each_layers_log_probability_of_the_network():
     ops = [layer.candidates[i % 3] for i, layer in enumerate(space.layers)]
     expected = sum(np.log([0.2, 0.3, 0.5][i % 3]) for i in range(len(space.layers)))
     assert log_probabilities(space, probs, [ops]) == pytest.approx([expected])
+
+
+def test_the_config_knows_which_rules_score_one_shot():
+    from fbnas.config import ONE_SHOT_RULES
+    from fbnas.search.oneshot_check import RULES, needs
+
+    assert set(ONE_SHOT_RULES) == {rule for rule in RULES if needs(rule, "top1")}
