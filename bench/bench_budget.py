@@ -33,44 +33,11 @@ from fbnas.config import Budget, load_config
 from fbnas.latency.lut import load_lut
 from fbnas.runs.checkpoint import LAST, load_checkpoint
 from fbnas.search.checkpoint import load_search_checkpoint
+from fbnas.search.latency_prior import latency_prior
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_common import (common_options, fmt_ops, parse, per_epoch,  # noqa: E402
                           random_matching, retrain_many, search, search_config, trained_on)
-
-
-def cost_only_theta(cfg, space, lut, theta_steps: int) -> list:
-    """softmax(theta) after the search's theta steps with the cross-entropy held constant:
-    the same supernet costs, candidate weighting (theta_step_mode, temperature schedule),
-    loss form and budget multiplier, Adam and decay, and as many steps per epoch as the
-    search took, so only the accuracy signal is missing. The weights play no part when the
-    cross-entropy is constant, so they are not trained."""
-    import torch
-
-    from fbnas.search.run import (build_supernet, next_multiplier, penalised_cost, search_loss,
-                                  temperature, theta_step_mode, uses_multiplier)
-
-    torch.manual_seed(cfg.run.seed)
-    net = build_supernet(cfg, space, lut)
-    ot = cfg.optim.theta
-    opt = torch.optim.Adam(net.theta_parameters(), lr=ot.lr, betas=(ot.beta1, ot.beta2),
-                           weight_decay=ot.weight_decay, decoupled_weight_decay=True)
-    epochs = range(cfg.warmup_epochs, cfg.search.epochs)
-    steps_an_epoch = theta_steps // max(1, len(epochs))
-    one, mode, multiplier = torch.tensor(1.0), theta_step_mode(cfg), 0.0
-    budget = Budget.of(cfg)
-    for epoch in epochs:
-        tau = temperature(cfg, epoch)
-        for _ in range(steps_an_epoch):
-            # the cost part of Supernet.forward, on weights drawn as a theta step draws them
-            cost = net.weighted_cost([layer.weights(mode, tau, None)[0] for layer in net.layers])
-            loss, _ = search_loss(cfg, budget, one, penalised_cost(cfg, net, cost), multiplier)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            if uses_multiplier(cfg):
-                multiplier = next_multiplier(cfg, budget, net, multiplier)
-    return [p.double().numpy() for p in net.probabilities()]
 
 
 def theta_steps_taken(raw: dict) -> int:
@@ -105,7 +72,7 @@ def budget(args) -> None:
     # control keeps the most probable rule (scoring it one-shot on these weights is what
     # bench_macro.py does; here the retrains judge)
     found = ck.decision or ops_in_window(lut, ck.space, ck.probs, budget.us, budget.floor)
-    control_probs = cost_only_theta(cfg, ck.space, lut, theta_steps_taken(raw))
+    control_probs = latency_prior(cfg, ck.space, lut, theta_steps_taken(raw))
     control = ops_in_window(lut, ck.space, control_probs, budget.us, budget.floor)
     lat = lut.predict(found)
     randoms = random_matching(lut, lat, args.randoms, args.tol, args.seed)

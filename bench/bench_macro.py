@@ -4,7 +4,7 @@ search: for each budget (the --quantiles of the space's predicted latencies unde
 table, or --target-ms) and each --seeds value, run one search of ``nasbench_macro``, take
 the most probable network within the budget (what ``fbnas sample --hard`` returns) and the
 cost-only control's (the same theta steps with the cross-entropy held constant, see
-bench_budget.cost_only_theta), look both up, and append one JSON line per search to
+fbnas.search.latency_prior), look both up, and append one JSON line per search to
 --results: the found key, true accuracy, percentile among all networks within the budget,
 the oracle (best network within it) and the gap to it, the mean of the networks that fill
 90 to 100% of it, the control's key and accuracy, search minutes (the epochs' training, and
@@ -18,6 +18,11 @@ latency, of MACs and of NASWOT against the true accuracy.
 score: the same rows for search run directories made elsewhere (``fbnas train --target-ms``
 on ``nasbench_macro``), with the share of the space within their budget as the quantile.
 
+pick: the same rows for training-free picks (``fbnas pick``: the latency term's prior, then
+NASWOT over its --rerank most probable networks, default 256, by --rerank-by, default
+naswot_and_theta) at each budget and seed; a pick is the cost-only control decided by its own
+check, so its row's control is the pick itself. Minutes, not hours: nothing is trained.
+
 report: the table of --results, a summary per recipe, what rules that need no search (most
 MACs within the budget, slowest within it; with --naswot-window the best NASWOT score among
 the networks that spend 90 to 100% of it) score at its budgets, and one picture:
@@ -27,6 +32,7 @@ on another CPU model, so --cpu keeps the rows of one; --recipe keeps one recipe'
 
     python bench/bench_macro.py search --quantiles 0.2 0.4 0.6 0.8 --seeds 0 1 2
     python bench/bench_macro.py search --target-ms 1.8 --seeds 0 --rank 50
+    python bench/bench_macro.py pick --quantiles 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9
     python bench/bench_macro.py report --png bench/results/macro.png
 """
 
@@ -51,13 +57,14 @@ from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.search.checkpoint import load_search_checkpoint
 from fbnas.search.groundtruth import (all_keys, judge, key_of, latency_quantile, load_truth,
                                       ops_of, pareto_front)
+from fbnas.search.latency_prior import latency_prior
 from fbnas.search.naswot import data_images, score_architectures
 from fbnas.search.oneshot_check import (RULES, checked_networks, choose, log_probabilities,
                                         needs)
 from fbnas.search.run import run_search
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_budget import cost_only_theta, theta_steps_taken  # noqa: E402
+from bench_budget import theta_steps_taken  # noqa: E402
 from bench_common import log_to, per_epoch  # noqa: E402
 
 TRUTH = "../shared/data/nas-bench-macro"
@@ -192,7 +199,7 @@ def score_run(args, out: Path, truth, lut, space, lat, naswot: Naswot) -> dict:
     by = cfg.search.rerank_by if args.rerank_by is None else args.rerank_by
     alt = (cfg.search.rerank_alternatives if args.alternatives is None
            else args.alternatives == "yes")
-    control_probs = cost_only_theta(cfg, space, lut, theta_steps_taken(raw))
+    control_probs = latency_prior(cfg, space, lut, theta_steps_taken(raw))
     own_rule = (args.floor is None and args.rerank is None and args.alternatives is None
                 and by == cfg.search.rerank_by)
     if ck.decision is not None and own_rule:
@@ -239,6 +246,8 @@ UNNAMED_THETA_LR = 0.05
 UNNAMED_WARMUP_EPOCHS = 2
 #: the networks checked in every row recipe_of named before it named how many
 UNNAMED_RERANK = 8
+#: a pick's check unless --rerank and --rerank-by say otherwise: fbnas pick's defaults
+DEFAULT_PICK = (256, "naswot_and_theta")
 
 
 def recipe_of(cfg, alternatives: bool = False, by: str | None = None,
@@ -359,6 +368,54 @@ def search(args) -> None:
             append_rows(args, rows)
     else:
         append_rows(args, (search_one(args, truth, lut, space, lat, naswot, *t) for t in todo))
+
+
+def pick_one(args, truth, lut, space, lat, naswot, quantile, budget_ms: float,
+             seed: int) -> dict:
+    """The row of one training-free pick (fbnas pick) at ``budget_ms``, looked up. It is
+    the cost-only control decided by its own check, so the row's control is the pick
+    itself."""
+    from fbnas.search.pick import pick
+
+    sets = ["loss.form=target", f"loss.target_ms={budget_ms}", f"run.seed={seed}", *args.set]
+    cfg = load_config(args.config, sets)
+    k, by = args.rerank or DEFAULT_PICK[0], args.rerank_by or DEFAULT_PICK[1]
+    started = time.monotonic()
+    found = pick(cfg, k, by, echo=lambda line: None,
+                 scorer=lambda options: naswot([key_of(ops) for ops in options]))
+    minutes = round((time.monotonic() - started) / 60, 2)
+    key = key_of(found["ops"])
+    v = judge(truth, lat, found["budget"].us, key)
+    ms = round(lut.predict(found["ops"]) / 1000, 4)
+    return {
+        "quantile": quantile, "budget_ms": budget_ms, "floor": cfg.loss.target_floor,
+        "rerank": k, "rerank_by": by, "seed": seed, "config": args.config, "sets": args.set,
+        "recipe": args.recipe or f"training-free pick, check by {by} of {k}",
+        "found": key, "found_ms": ms, "accuracy": round(v.accuracy, 3),
+        "percentile": round(v.percentile, 1), "oracle": v.oracle,
+        "oracle_accuracy": round(v.oracle_accuracy, 3), "gap": round(v.gap, 3),
+        "near_mean": round(v.near_mean, 3), "within": v.within,
+        "control": key, "control_ms": ms, "control_accuracy": round(v.accuracy, 3),
+        "control_percentile": round(v.percentile, 1),
+        "search_minutes": minutes, "wall_minutes": minutes,
+        "theta_decided": round(float(sum(p.max() for p in found["probs"]) / len(found["probs"])),
+                               3),
+        "argmax_stable": None, "theta_steps": found["theta_steps"],
+        "lut_cpu": lut.data["environment"].get("cpu"), "date": time.strftime("%Y-%m-%d"),
+        "cpu": cpu_model(), "jobs": 1,
+        "found_candidates": [scored_entry(c["ops"], None, None, c["naswot"])
+                             for c in found["candidates"]],
+    }
+
+
+def picks(args) -> None:
+    """Rows for training-free picks at each budget and seed (no search, no training)."""
+    import torch
+
+    space, lut, truth, lat, naswot = setting(args)
+    torch.set_num_threads(args.threads)
+    append_rows(args, (pick_one(args, truth, lut, space, lat, naswot, q, b, seed)
+                       for q, b in budgets(args, lat) for seed in args.seeds or [0, 1, 2]))
 
 
 def score(args) -> None:
@@ -571,7 +628,7 @@ def report(args) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["search", "score", "report"])
+    ap.add_argument("mode", choices=["search", "score", "pick", "report"])
     ap.add_argument("runs", nargs="*", help="score: finished search run directories")
     ap.add_argument("--config", default="configs/macro.yaml")
     ap.add_argument("--set", action="append", default=[], help="extra config key=value")
@@ -612,7 +669,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="report: also score every network spending 90 to 100%% of each budget "
                          "by NASWOT and look the best one up (a search with no training)")
     args = ap.parse_args(argv)
-    {"search": search, "score": score, "report": report}[args.mode](args)
+    {"search": search, "score": score, "pick": picks, "report": report}[args.mode](args)
 
 
 if __name__ == "__main__":

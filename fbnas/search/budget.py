@@ -521,15 +521,34 @@ def window_list_bytes(space, k: int) -> int:
     return WINDOW_CELLS * k * POOL * (24 * cands + 24 + 4 * len(space.layers))
 
 
-def check_window_list(space, k: int) -> None:
+def check_window_list(space, k: int, knob: str = "search.rerank") -> None:
     """Refuse, in one line naming the largest that fits, a list of ``k`` networks of ``space``
-    whose window search would take more than ``WINDOW_MEMORY``."""
+    whose window search would take more than ``WINDOW_MEMORY``; ``knob`` is how the user
+    set ``k``."""
     need = window_list_bytes(space, k)
     if need > WINDOW_MEMORY:
         fits = max(1, k * WINDOW_MEMORY // need)
-        raise FbnasError(f"search.rerank {k}: listing that many networks of {space.name} "
-                         f"takes about {need / 2**30:.1f} GiB of memory; use search.rerank "
+        raise FbnasError(f"{knob} {k}: listing that many networks of {space.name} "
+                         f"takes about {need / 2**30:.1f} GiB of memory; use {knob} "
                          f"{fits} or fewer")
+
+
+def check_budget(lut, space, budget_us: float, k: int, warn: Warn = warn_stderr,
+                 knob: str = "search.rerank") -> None:
+    """Refuse, before any training or scoring, a budget no network of ``space`` meets and a
+    check list of ``k`` networks (set by ``knob``) too long to find; warn of a budget above
+    the slowest network, which pushes every layer toward its slowest candidate."""
+    if k > 1:
+        check_window_list(space, k, knob)
+    costs = lut.layer_costs()
+    uniform = [np.full(len(c), 1.0 / len(c)) for c in costs]
+    ops_under_budget(lut, space, uniform, budget_us, warn)  # raises below the minimum
+    names = lut.layer_candidates()
+    slowest = lut.predict([n[int(np.argmax(c))] for n, c in zip(names, costs)])
+    if budget_us > slowest:
+        warn(f"the budget {_ms(budget_us)} ms is above the slowest network of {space.name} "
+             f"({_ms(slowest)} ms predicted): every layer is pushed toward its slowest "
+             "candidate")
 
 
 def top_in_window(lut, space, probs, budget_us: float, floor: float, k: int,

@@ -164,20 +164,9 @@ class Search(Trainer):
     def _check_budget(self) -> None:
         """Refuse a budget no network of the space meets, or a check list too long to find
         (before training, not after it); warn of a budget it cannot spend."""
-        from fbnas.search.budget import check_window_list, ops_under_budget
+        from fbnas.search.budget import check_budget
 
-        if self.cfg.search.rerank > 1:
-            check_window_list(self.space, self.cfg.search.rerank)
-
-        costs = self.lut.layer_costs()
-        uniform = [np.full(len(c), 1.0 / len(c)) for c in costs]
-        ops_under_budget(self.lut, self.space, uniform, self.budget.us)  # raises below minimum
-        names = self.lut.layer_candidates()
-        slowest = self.lut.predict([n[int(np.argmax(c))] for n, c in zip(names, costs)])
-        if self.budget.us > slowest:
-            self.warn(f"the budget {self.budget.ms:.3f} ms is above the slowest network "
-                      f"of {self.space.name} ({slowest / 1000:.3f} ms predicted): the search "
-                      "will push every layer toward its slowest candidate")
+        check_budget(self.lut, self.space, self.budget.us, self.cfg.search.rerank, self.warn)
 
     def _space(self, ckpt: dict | None):
         """The space to search: config key ``space`` for a new run; for a resumed one the space

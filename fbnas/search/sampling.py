@@ -67,14 +67,28 @@ def log_probability(space: SearchSpace, probs: list[np.ndarray], ops: list[str])
 
 
 def make_entry(ck: SearchCheckpoint, lut, ops: list[str], name: str, sampling: dict) -> dict:
-    """The architecture file entry of ``ops``: model definition plus provenance and predictions."""
-    space = ck.space
+    """The architecture file entry of ``ops`` sampled from checkpoint ``ck``."""
+    return architecture_entry(ck.space, ck.probs, lut, ops, name, sampling, {
+        "checkpoint": str(ck.path),
+        "checkpoint_hash": ck.hash,
+        "epoch": ck.epoch,
+        "lut": str(lut.path) if lut.path else None,
+        "lut_hash": file_hash(lut.path) if lut.path else None,
+        "search_lut_hash": ck.lut_hash,
+    })
+
+
+def architecture_entry(space: SearchSpace, probs: list[np.ndarray], lut, ops: list[str],
+                       name: str, sampling: dict, source: dict) -> dict:
+    """The architecture file entry of ``ops``: model definition, the table's predictions,
+    how it was chosen (``sampling``) under which probabilities (``probs``), and where from
+    (``source``: the checkpoint and table and their hashes)."""
     defn = space.definition(ops, name)
     for block, layer in zip(defn["blocks"], space.layers):
         block["stage"] = layer.stage
     cal = lut.calibration is not None
     env = lut.data["environment"]
-    logp = log_probability(space, ck.probs, ops)
+    logp = log_probability(space, probs, ops)
     return {
         "name": name,
         "space": {"name": space.name, "hash": space.hash},
@@ -93,15 +107,8 @@ def make_entry(ck: SearchCheckpoint, lut, ops: list[str], name: str, sampling: d
         "probability": float(math.exp(logp)),
         "log_probability": round(logp, 6),
         "theta_softmax": [{op: round(float(x), 6) for op, x in zip(layer.candidates, p)}
-                          for layer, p in zip(space.layers, ck.probs)],
-        "source": {
-            "checkpoint": str(ck.path),
-            "checkpoint_hash": ck.hash,
-            "epoch": ck.epoch,
-            "lut": str(lut.path) if lut.path else None,
-            "lut_hash": file_hash(lut.path) if lut.path else None,
-            "search_lut_hash": ck.lut_hash,
-        },
+                          for layer, p in zip(space.layers, probs)],
+        "source": source,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "fbnas": fbnas.__version__,
     }

@@ -16,8 +16,8 @@ def test_help_and_version():
     assert r.exit_code == 0 and "profile" in r.output
     r = run("--version")
     assert r.exit_code == 0 and fbnas.__version__ in r.output
-    for cmd in ("profile", "calibrate", "show-lut", "train", "sample", "retrain", "latency",
-                "summary", "export"):
+    for cmd in ("profile", "calibrate", "show-lut", "train", "sample", "pick", "retrain",
+                "latency", "summary", "export"):
         r = run(cmd, "--help")
         assert r.exit_code == 0 and "Example" in r.output, cmd
 

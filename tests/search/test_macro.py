@@ -365,3 +365,18 @@ optim: {{theta: {{lr: 0.1}}}}
     before = [c[0] for c in row["found_candidates"]]
     checked = [c[0] for c in again["found_candidates"]] or [again["found"]]  # [] if one
     assert checked[:len(before)] == before
+    # a training-free pick is the cost-only control decided by the same check: the same theta
+    # steps from the latency term alone, the same list, the same NASWOT scores
+    # (no floor, so that more than one of the 9 networks is listed)
+    b.main(["score", str(naswot_run), *common, "--rerank", "4", "--rerank-by",
+            "naswot_and_theta", "--floor", "0"])
+    b.main(["pick", *common, "--quantiles", "0.5", "--seeds", "1", "--rerank", "4", "--set",
+            "loss.target_floor=0"])
+    rescored, picked = (json.loads(line) for line in results.read_text().splitlines()[-2:])
+    assert picked["recipe"] == "training-free pick, check by naswot_and_theta of 4"
+    assert picked["found"] == picked["control"] == rescored["control"]
+    assert picked["accuracy"] == truth[picked["found"]] and picked["budget_ms"] == \
+        rescored["budget_ms"]
+    assert len(picked["found_candidates"]) == 4
+    assert [c[0] for c in picked["found_candidates"]] == [
+        c[0] for c in rescored["control_candidates"]]

@@ -1,0 +1,134 @@
+"""fbnas pick: a network under a budget from the latency term's prior and NASWOT, no training."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fbnas.cli import main
+from fbnas.config import load_config
+from fbnas.runs.checkpoint import load_checkpoint
+from fbnas.search.latency_prior import latency_prior, search_theta_steps
+from fbnas.search.oneshot_check import choose
+from tests.whole.test_search import quiet, small_config
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.mark.parametrize("extra", [
+    {"search.alternation": "step", "search.final_theta_steps": 3, "search.warmup_epochs": 1,
+     "search.epochs": 3, "search.accumulate": 2},
+    {"search.alternation": "epoch", "search.epochs": 2},
+])
+def test_the_prior_takes_as_many_theta_steps_as_a_search_of_the_config(
+        tmp_path, tiny_lut_file, cifar_subset, extra):
+    """The prior of a pick is the benches' cost-only control only if it takes the steps the
+    search would have: counted from the splits, they equal what Adam counted in a real run."""
+    from fbnas.data.splits import make_splits
+    from fbnas.search.run import run_search
+
+    cfg = small_config(tiny_lut_file, **extra)
+    run_search(cfg, tmp_path / "run", echo=quiet)
+    state = load_checkpoint(tmp_path / "run")["optimizers"]["theta"]["state"]
+    taken = int(float(next(iter(state.values()))["step"]))
+    splits = make_splits(cfg.data.limit, cfg.run.seed, cfg.data.theta_fraction,
+                         cfg.data.val_fraction)
+    assert search_theta_steps(cfg, len(splits["weights"]), len(splits["theta"])) == taken > 0
+
+
+def test_the_prior_follows_the_budget_without_seeing_data(tiny_lut_file):
+    """Theta moved by the cost term alone favours slower candidates under a larger budget, and
+    is the same wherever the data set is: no image takes part."""
+    from fbnas.arch.space import load_space
+    from fbnas.latency.lut import load_lut
+
+    space = load_space("tiny")
+    lut = load_lut(tiny_lut_file, space)
+    names, costs = lut.layer_candidates(), lut.layer_costs()
+    fastest = lut.predict([n[int(np.argmin(c))] for n, c in zip(names, costs)])
+    slowest = lut.predict([n[int(np.argmax(c))] for n, c in zip(names, costs)])
+
+    def prior(share, *extra):
+        target = (fastest + share * (slowest - fastest)) / 1000
+        sets = [f"lut={tiny_lut_file}", "space=tiny", "loss.form=target",
+                f"loss.target_ms={target}", "search.epochs=3", "search.warmup_epochs=1",
+                "optim.theta.lr=0.1", *extra]
+        return latency_prior(load_config(None, sets), space, lut, 600)
+
+    low, high = prior(0.2), prior(0.8)
+    elsewhere = prior(0.8, "data.dir=/nowhere")
+    assert all(np.array_equal(a, b) for a, b in zip(high, elsewhere))
+
+    def expected(probs):
+        return sum(float(p @ c) for p, c in zip(probs, costs))
+
+    assert expected(low) < expected(high)
+
+
+def pick_args(tiny_lut_file, cifar_subset, out, *extra):
+    return ["pick", "--space", "tiny", "--lut", tiny_lut_file, "--data-dir", cifar_subset,
+            "--set", "data.limit=400", "--threads", "1", "--networks", "6", "--out", out, *extra]
+
+
+def test_pick_writes_the_best_listed_network_to_an_architecture_file(
+        tmp_path, tiny_lut_file, cifar_subset):
+    from fbnas import build_model
+    from fbnas.search.pick import pick
+
+    out = tmp_path / "arch.json"
+    r = run(*pick_args(tiny_lut_file, cifar_subset, out, "--target-ms", 1.2))
+    assert r.exit_code == 0, r.output
+    assert "wrote pick_1.2ms to" in r.output and "most probable networks within 1.2 ms" in \
+        r.output
+    entry = json.loads(out.read_text())["architectures"]["pick_1.2ms"]
+    assert entry["sampling"]["method"] == "training_free"
+    assert entry["sampling"]["by"] == "naswot_and_theta" and entry["sampling"]["of"] >= 2
+    assert entry["predicted"]["latency_us"] <= 1200.0
+    assert entry["source"]["lut"] == str(tiny_lut_file) and entry["source"]["lut_hash"]
+    build_model(out, "pick_1.2ms")  # the file retrain, summary and export read
+    # the pick is the listed network the rule ranks first, the one the entry records
+    cfg = load_config(None, [f"lut={tiny_lut_file}", "space=tiny", f"data.dir={cifar_subset}",
+                             "data.limit=400", "loss.form=target", "loss.target_ms=1.2"])
+    found = pick(cfg, 6, echo=quiet)
+    listed = found["candidates"]
+    best = choose("naswot_and_theta", naswot=[c["naswot"] for c in listed],
+                  theta=[c["log_prob"] for c in listed])
+    assert [b["op"] for b in entry["blocks"]] == listed[best]["ops"] == found["ops"]
+    assert all(c["latency_us"] <= 1200.0 for c in listed)
+    # by NASWOT alone: the listed network with the best score
+    r = run(*pick_args(tiny_lut_file, cifar_subset, out, "--target-ms", 1.2, "--rule",
+                       "naswot", "--name", "by_naswot"))
+    assert r.exit_code == 0, r.output
+    alone = json.loads(out.read_text())["architectures"]["by_naswot"]
+    top = max(listed, key=lambda c: c["naswot"])
+    assert [b["op"] for b in alone["blocks"]] == top["ops"]
+
+
+def test_pick_refuses_what_it_cannot_do_in_one_line(tmp_path, tiny_lut_file, cifar_subset):
+    out = tmp_path / "arch.json"
+    r = run(*pick_args(tiny_lut_file, cifar_subset, out))  # no budget
+    assert r.exit_code == 2 and "--target-ms" in r.output
+    r = run(*pick_args(tiny_lut_file, cifar_subset, out, "--target-ms", 1.2, "--rule", "top1"))
+    assert r.exit_code == 2  # the one-shot rules need a trained supernet
+    r = run(*pick_args(tiny_lut_file, cifar_subset, out, "--target-ms", 1.2, "--lut",
+                       tmp_path / "none.json"))
+    assert r.exit_code == 1 and "does not exist; create it with: fbnas profile" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    # a list too long to find in memory: the largest that fits, named by the option's name
+    r = run(*pick_args(tiny_lut_file, cifar_subset, out, "--target-ms", 1.2, "--networks",
+                       100000))
+    assert r.exit_code == 1 and "error: --networks 100000: listing" in r.output
+    assert "use --networks" in r.output and len(r.output.strip().splitlines()) == 1
+    r = run(*pick_args(tiny_lut_file, cifar_subset, out, "--target-ms", 0.0001))
+    assert r.exit_code != 0 and "\n" not in r.output.strip() and "Traceback" not in r.output
+    # an existing name is refused before the work, and kept
+    out.write_text(json.dumps({"schema": "fbnas.arch/1", "architectures": {"mine": {"blocks": []}}}))
+    r = run(*pick_args(tiny_lut_file, cifar_subset, out, "--target-ms", 1.2, "--name", "mine"))
+    assert r.exit_code == 1 and "already holds architecture(s) mine" in r.output
+    assert "--force" in r.output and json.loads(out.read_text())["architectures"]["mine"] == {
+        "blocks": []}
