@@ -14,6 +14,7 @@ import fbnas
 from fbnas.arch.limits import MAX_BATCH
 from fbnas.errors import FbnasError, UsageError
 from fbnas.latency.runtimes import DEFAULT_BLOCK_TIME, DEFAULT_RUNTIME, RUNTIMES
+from fbnas.search.pick import DEFAULT_NETWORKS, PICK_RULES
 
 #: most architectures one `fbnas sample` draws into a file
 MAX_DRAWS = 10_000
@@ -440,10 +441,11 @@ def sample(source, hard, target_ms, num, seed, name, out, lut_path, force, floor
 @click.option("--lut", help="Lookup table JSON (config key lut).")
 @click.option("--data-dir", help="Folder with cifar-10-batches-py/ or an image folder, whose "
               "first training images NASWOT scores on (data.dir).")
-@click.option("--networks", default=256, show_default=True, type=click.IntRange(min=2),
+@click.option("--networks", default=DEFAULT_NETWORKS, show_default=True,
+              type=click.IntRange(min=2),
               help="How many of the prior's most probable networks within the budget to score.")
-@click.option("--rule", default="naswot_and_theta", show_default=True,
-              type=click.Choice(["naswot_and_theta", "naswot"]),
+@click.option("--rule", default=PICK_RULES[0], show_default=True,
+              type=click.Choice(PICK_RULES),
               help="Keep the best NASWOT z-score plus a quarter of the prior's, or NASWOT alone.")
 @click.option("--seed", type=int, help="Seed of the prior's theta steps and the data splits.")
 @click.option("--threads", type=click.IntRange(min=1), help="torch intra-op threads.")
@@ -462,10 +464,10 @@ def pick(target_ms, config_path, space_name, lut, data_dir, networks, rule, seed
     steps as a search of the config would take), its most probable networks within the
     budget, each scored by NASWOT (one forward pass of an untrained copy on a batch of
     training images), the best written to an architecture file as fbnas sample writes one.
-    About a minute. On NAS-Bench-Macro it came within 0.00 to 0.66 points (median 0.28) of
-    the best network at each of nine budgets; that is one space, and NASWOT's ranking
-    elsewhere is not known: fbnas train is the method, this a fast second opinion
-    (docs/search.md).
+    One to three minutes on 2 cores. On NAS-Bench-Macro it came within 0.00 to 0.66 points
+    (median 0.28) of the best network at each of nine budgets; that is one space, and
+    NASWOT's ranking elsewhere is not known: fbnas train is the method, this a fast second
+    opinion (docs/search.md).
 
     \b
     Example:
