@@ -246,8 +246,6 @@ UNNAMED_THETA_LR = 0.05
 UNNAMED_WARMUP_EPOCHS = 2
 #: the networks checked in every row recipe_of named before it named how many
 UNNAMED_RERANK = 8
-#: a pick's check unless --rerank and --rerank-by say otherwise: fbnas pick's defaults
-DEFAULT_PICK = (256, "naswot_and_theta")
 
 
 def recipe_of(cfg, alternatives: bool = False, by: str | None = None,
@@ -375,11 +373,12 @@ def pick_one(args, truth, lut, space, lat, naswot, quantile, budget_ms: float,
     """The row of one training-free pick (fbnas pick) at ``budget_ms``, looked up. It is
     the cost-only control decided by its own check, so the row's control is the pick
     itself."""
-    from fbnas.search.pick import pick
+    from fbnas.search.pick import DEFAULT_NETWORKS, PICK_RULES, pick
 
     sets = ["loss.form=target", f"loss.target_ms={budget_ms}", f"run.seed={seed}", *args.set]
     cfg = load_config(args.config, sets)
-    k, by = args.rerank or DEFAULT_PICK[0], args.rerank_by or DEFAULT_PICK[1]
+    # fbnas pick's own defaults unless --rerank and --rerank-by say otherwise
+    k, by = args.rerank or DEFAULT_NETWORKS, args.rerank_by or PICK_RULES[0]
     started = time.monotonic()
     found = pick(cfg, k, by, echo=lambda line: None,
                  scorer=lambda options: naswot([key_of(ops) for ops in options]))
