@@ -99,7 +99,8 @@ def test_repository_configs_are_the_bundled_ones_on_the_shared_subset():
     assert load_config(REPO / "configs" / "demo.yaml").data.dir == "../shared/data/cifar10-subset"
     # the measured recipe: REINFORCE theta steps after every weight step; the NAS-Bench-Macro
     # config runs it for 8 epochs (4 weights-only), 16 theta steps a weight step in the last
-    # while theta's rate falls to zero, and checks by NASWOT, where the benchmark showed it ranks best;
+    # while theta's rate falls to zero, and checks theta's 256 most probable networks by NASWOT
+    # weighed by theta, which found better networks there than NASWOT over theta's 8;
     # fbnet_cifar, with no ground truth, keeps the one-shot and MACs ranks, one theta step
     # throughout and a constant rate
     demo = load_config(REPO / "configs" / "demo.yaml")
@@ -107,7 +108,8 @@ def test_repository_configs_are_the_bundled_ones_on_the_shared_subset():
     for cfg in (demo, macro):
         assert (cfg.search.theta_estimator, cfg.search.alternation, cfg.optim.theta.lr,
                 cfg.search.mode) == ("reinforce", "step", 0.05, "hard")
-    assert (demo.search.rerank_by, macro.search.rerank_by) == ("top1_and_macs", "naswot")
+    assert (demo.search.rerank_by, demo.search.rerank) == ("top1_and_macs", 8)
+    assert (macro.search.rerank_by, macro.search.rerank) == ("naswot_and_theta", 256)
     assert (macro.space, macro.search.epochs, macro.warmup_epochs) == ("nasbench_macro", 8, 4)
     assert (demo.search.final_theta_steps, macro.search.final_theta_steps) == (0, 16)
     assert (demo.optim.theta.final_lr, macro.optim.theta.final_lr) == (None, 0)

@@ -189,8 +189,9 @@ def test_a_rows_recipe_names_what_decides_the_search():
     differ from the default."""
     from fbnas.config import load_config
 
-    def recipe(*sets):
-        return bench().recipe_of(load_config(REPO / "configs" / "macro.yaml", list(sets)))
+    def recipe(*sets):  # the recipe of the rows before the long check became the bundled one
+        return bench().recipe_of(load_config(REPO / "configs" / "macro.yaml", [
+            "search.rerank=8", "search.rerank_by=naswot", *sets]))
 
     def earlier(*sets):  # the recipes before the 4-epoch warm-up, which keep their rows' names
         return recipe("search.warmup_epochs=2", "search.final_theta_steps=12",
@@ -199,6 +200,10 @@ def test_a_rows_recipe_names_what_decides_the_search():
     assert recipe() == \
         "8 epochs, 4 weights-only, shared weights, reinforce theta steps (16 a weight step in " \
         "the last epoch) (theta lr falling to 0 over the last epoch), check by naswot"
+    assert bench().recipe_of(load_config(REPO / "configs" / "macro.yaml")) == \
+        "8 epochs, 4 weights-only, shared weights, reinforce theta steps (16 a weight step in " \
+        "the last epoch) (theta lr falling to 0 over the last epoch), check by naswot_and_theta " \
+        "of 256"
     # the check: another rule, or another number of networks checked
     assert recipe("search.rerank_by=naswot_and_theta", "search.rerank=256").endswith(
         "(theta lr falling to 0 over the last epoch), check by naswot_and_theta of 256")
