@@ -20,8 +20,8 @@ a median 0.35 for 64 supernet searches there checked by NASWOT over theta's 8; s
 checked as a pick is, with their trained theta as the prior (``configs/macro.yaml``), came a
 median 0.27 points from it over 38, beat the pick in 13, tied it in 6 and lost in 19
 (docs/results.md, "Training-free picks" and "The long check at nine budgets"). The prior
-matters as much as the score: NASWOT alone over a whole window crowns networks of a few wide early blocks and
-skips (89.37% at a budget whose best network scores 91.86%). It is measured on that one
+matters as much as the score: NASWOT alone over a whole window crowns networks of a few wide
+early blocks and skips (89.37% at a budget whose best network scores 91.86%). It is measured on that one
 space; NASWOT ranked its networks unusually well there (Kendall tau 0.77), and nothing says
 how well it ranks another space's, so ``fbnas train`` stays the method.
 """
