@@ -2,9 +2,9 @@
 
 The decision is made in three steps, none of which trains a weight:
 
-1. a prior over the space from the latency term alone (:func:`~fbnas.search.latency_prior.latency_prior`:
-   theta moved by the search loss's cost term, as many steps as a search of the same config
-   would take on the same data);
+1. a prior over the space from the latency term alone
+   (:func:`~fbnas.search.latency_prior.latency_prior`: theta moved by the search loss's cost
+   term, as many steps as a search of the same config would take on the same data);
 2. the prior's ``networks`` most probable networks within the budget's window (predicted at
    most the budget and, where the space allows, at least ``loss.target_floor`` of it;
    :func:`~fbnas.search.oneshot_check.checked_networks`);
@@ -21,9 +21,9 @@ checked as a pick is, with their trained theta as the prior (``configs/macro.yam
 median 0.27 points from it over 38, beat the pick in 13, tied it in 6 and lost in 19
 (docs/results.md, "Training-free picks" and "The long check at nine budgets"). The prior
 matters as much as the score: NASWOT alone over a whole window crowns networks of a few wide
-early blocks and skips (89.37% at a budget whose best network scores 91.86%). It is measured on that one
-space; NASWOT ranked its networks unusually well there (Kendall tau 0.77), and nothing says
-how well it ranks another space's, so ``fbnas train`` stays the method.
+early blocks and skips (89.37% at a budget whose best network scores 91.86%). It is measured
+on that one space; NASWOT ranked its networks unusually well there (Kendall tau 0.77), and
+nothing says how well it ranks another space's, so ``fbnas train`` stays the method.
 """
 
 from __future__ import annotations
