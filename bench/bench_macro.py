@@ -28,12 +28,14 @@ MACs within the budget, slowest within it; with --naswot-window the best NASWOT 
 the networks that spend 90 to 100% of it) score at its budgets, and one picture:
 every network of the space as a grey point (true accuracy against predicted latency), the
 Pareto front, the budgets, found networks and controls. The same seed searches differently
-on another CPU model, so --cpu keeps the rows of one; --recipe keeps one recipe's rows.
+on another CPU model, so --cpu keeps the rows of one; --recipe keeps one recipe's rows;
+--paired A B compares two recipes search by search instead (macro_paired.py).
 
     python bench/bench_macro.py search --quantiles 0.2 0.4 0.6 0.8 --seeds 0 1 2
     python bench/bench_macro.py search --target-ms 1.8 --seeds 0 --rank 50
     python bench/bench_macro.py pick --quantiles 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9
     python bench/bench_macro.py report --png bench/results/macro.png
+    python bench/bench_macro.py report --paired "RECIPE A" "RECIPE B" --seeds 26 27 28
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ from fbnas.search.run import run_search
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_budget import theta_steps_taken  # noqa: E402
 from bench_common import log_to, per_epoch  # noqa: E402
+from macro_paired import report_paired  # noqa: E402
 
 TRUTH = "../shared/data/nas-bench-macro"
 
@@ -610,6 +613,9 @@ def report(args) -> None:
         rows = [r for r in rows if r["seed"] in args.seeds]
     if args.cpu is not None:  # seeds give other searches on another CPU model: compare alike
         rows = [r for r in rows if args.cpu.lower() in (r.get("cpu") or "").lower()]
+    if args.paired:  # two recipes, search by search: macro_paired.py
+        report_paired(rows, *args.paired)
+        return
     if args.recipe is not None:  # one recipe's rows alone, as the README's table and picture
         rows = [r for r in rows if r["recipe"] == args.recipe]
     _, lut, truth, lat, naswot = setting(args)
@@ -664,6 +670,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="runs/bench-macro")
     ap.add_argument("--results", default="bench/results/macro.jsonl")
     ap.add_argument("--png", default=None, help="report: where to draw the picture")
+    ap.add_argument("--paired", nargs=2, metavar=("A", "B"), default=None,
+                    help="report: compare recipes A and B search by search, paired by budget "
+                         "and seed (macro_paired.py), instead of the table")
     ap.add_argument("--naswot-window", action="store_true",
                     help="report: also score every network spending 90 to 100%% of each budget "
                          "by NASWOT and look the best one up (a search with no training)")

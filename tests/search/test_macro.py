@@ -385,3 +385,50 @@ optim: {{theta: {{lr: 0.1}}}}
     assert len(picked["found_candidates"]) == 4
     assert [c[0] for c in picked["found_candidates"]] == [
         c[0] for c in rescored["control_candidates"]]
+
+
+def paired_row(recipe, budget, seed, accuracy, control, oracle=93.0):
+    return {"recipe": recipe, "budget_ms": budget, "seed": seed, "found": f"k{accuracy}",
+            "accuracy": accuracy, "gap": round(oracle - accuracy, 6), "percentile": 99.0,
+            "oracle_accuracy": oracle, "control_accuracy": control}
+
+
+def test_report_paired_compares_two_recipes_search_by_search(tmp_path, capsys):
+    """report --paired A B: rows paired by budget and seed (a recipe's later row where it has
+    two: the rerun replaces the first), B's wins counted against A in points of true top-1,
+    and each recipe's wins, ties and losses against its control budget by budget; rows
+    without a partner are left out."""
+    b = bench()  # puts bench/ on the path, as running the script does
+    from macro_paired import pairs, report_paired
+
+    rows = [paired_row("A", 1.0, 0, 91.0, 90.0),
+            paired_row("A", 1.0, 0, 92.0, 90.0),  # the rerun: this one is paired
+            paired_row("B", 1.0, 0, 92.5, 92.5),
+            paired_row("A", 2.0, 0, 92.0, 92.5),
+            paired_row("B", 2.0, 0, 92.0, 92.5),
+            paired_row("A", 2.0, 1, 92.4, 92.0),
+            paired_row("B", 2.0, 1, 92.1, 92.0),
+            paired_row("B", 3.0, 0, 90.0, 91.0)]  # no A at 3 ms: unpaired
+    both = pairs(rows, "A", "B")
+    assert [(x["budget_ms"], x["seed"], x["accuracy"]) for x, _ in both] == \
+        [(1.0, 0, 92.0), (2.0, 0, 92.0), (2.0, 1, 92.4)]
+    lines = []
+    report_paired(rows, "A", "B", echo=lines.append)
+    out = "\n".join(lines)
+    assert "3 pairs" in out
+    assert "B against A: better in 1, same in 1, worse in 1; mean +0.07 points" in out
+    assert "A: gap median 1.00," in out and "against its control 2 won, 0 tied, 1 lost" in out
+    assert "B: gap median 0.90," in out and "against its control 1 won, 1 tied, 1 lost" in out
+    # by budget: at 2 ms A won once and lost once, B tied once and won once
+    assert "| 1 | 1 | +0.50 | 1/0/0 | 0/1/0 |" in out
+    assert "| 2 | 2 | -0.15 | 1/0/1 | 1/0/1 |" in out
+    with pytest.raises(SystemExit, match="no rows of recipe 'C'"):
+        report_paired(rows, "A", "C", echo=lines.append)
+    with pytest.raises(SystemExit, match="share no budget and seed"):
+        report_paired([paired_row("A", 1.0, 0, 91.0, 90.0), paired_row("B", 1.0, 1, 91.0, 90.0)],
+                      "A", "B", echo=lines.append)
+    # from the command line: --seeds keeps its rows first, so seed 1's pair is left out
+    results = tmp_path / "macro.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    b.main(["report", "--results", str(results), "--paired", "A", "B", "--seeds", "0"])
+    assert "2 pairs" in capsys.readouterr().out
