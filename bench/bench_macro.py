@@ -472,8 +472,10 @@ def print_table(rows: list[dict]) -> None:
 
 def summary(rows: list[dict], truth) -> None:
     """Per recipe: the median, mean and worst gap, the median percentile and the mean true
-    accuracy; how many searches beat the control (and tie it) and the near-budget mean and
-    land within 10% under the budget; how decided theta ended (the target: largest probability
+    accuracy; how many searches beat the control (and tie it), beat the control's most
+    probable network (the cost-only theta without the check, so that what the check adds and
+    what the training adds can be told apart) and the near-budget mean, and land within 10%
+    under the budget; how decided theta ended (the target: largest probability
     0.8, argmax unchanged through the last epoch's final quarter); the minutes a search took;
     and the median gap of the best network each one-shot check scored (by lookup)."""
     for name in dict.fromkeys(r["recipe"] for r in rows):
@@ -482,6 +484,11 @@ def summary(rows: list[dict], truth) -> None:
         beat_c = sum(r["accuracy"] > r["control_accuracy"] for r in mine)
         tie_c = sum(r["accuracy"] == r["control_accuracy"] for r in mine)
         beat_n = sum(r["accuracy"] > r["near_mean"] for r in mine)
+        # the control undecided: the cost-only theta's most probable network in the window
+        plain = [r for r in mine if r.get("control_candidates")]
+        beat_p = sum(r["accuracy"] > truth[r["control_candidates"][0][0]] for r in plain)
+        plain_c = (f", its most probable network (no check) {beat_p}/{len(plain)}"
+                   if plain else "")
         land = sum(r["found_ms"] >= 0.9 * r["budget_ms"] for r in mine)
         decided = sum(r["theta_decided"] >= 0.8 and (r.get("argmax_stable") or 0) >= 0.25
                       for r in mine)
@@ -498,7 +505,7 @@ def summary(rows: list[dict], truth) -> None:
               f"{statistics.mean(gaps):.2f}, worst {max(gaps):.2f}; median percentile "
               f"{statistics.median(r['percentile'] for r in mine):.1f}; mean true top-1 "
               f"{statistics.mean(r['accuracy'] for r in mine):.2f}%; beat the control "
-              f"{beat_c}/{n} ({tie_c} ties), the near-budget mean {beat_n}/{n}; within 10% "
+              f"{beat_c}/{n} ({tie_c} ties){plain_c}, the near-budget mean {beat_n}/{n}; within 10% "
               f"under the budget {land}/{n}; max p {min(p):.2f} to {max(p):.2f}, decided "
               f"{decided}/{n}; {min(minutes):.1f} to {max(minutes):.1f} minutes training"
               f"{walls}{checked}")

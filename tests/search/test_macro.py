@@ -331,6 +331,9 @@ optim: {{theta: {{lr: 0.1}}}}
     assert png.stat().st_size > 0
     out = capsys.readouterr().out
     assert "1 searches, gap median" in out
+    # beside the control, its most probable network undecided by the check
+    plain = row["accuracy"] > truth[row["control_candidates"][0][0]]
+    assert f"its most probable network (no check) {int(plain)}/1" in out
     # the training-free search of each budget's window, and NASWOT's ranking of the space
     assert "best NASWOT, 90-100%" in out and "over 9 random networks: NASWOT" in out
     # --seeds compares recipes on the same seeds: a row of another seed is left out
