@@ -486,9 +486,12 @@ def summary(rows: list[dict], truth) -> None:
         beat_n = sum(r["accuracy"] > r["near_mean"] for r in mine)
         # the control undecided: the cost-only theta's most probable network in the window
         plain = [r for r in mine if r.get("control_candidates")]
-        beat_p = sum(r["accuracy"] > truth[r["control_candidates"][0][0]] for r in plain)
-        plain_c = (f", its most probable network (no check) {beat_p}/{len(plain)}"
-                   if plain else "")
+        plain_acc = [truth[r["control_candidates"][0][0]] for r in plain]
+        beat_p = sum(r["accuracy"] > a for r, a in zip(plain, plain_acc))
+        plain_c = (f", its most probable network (no check) {beat_p}/{len(plain)} (that "
+                   "network's gap median " + format(statistics.median(
+                       r["oracle_accuracy"] - a for r, a in zip(plain, plain_acc)), ".2f")
+                   + ")" if plain else "")
         land = sum(r["found_ms"] >= 0.9 * r["budget_ms"] for r in mine)
         decided = sum(r["theta_decided"] >= 0.8 and (r.get("argmax_stable") or 0) >= 0.25
                       for r in mine)
