@@ -59,7 +59,7 @@ from fbnas.search.groundtruth import (all_keys, judge, key_of, latency_quantile,
 from fbnas.search.latency_prior import latency_prior
 from fbnas.search.naswot import data_images, score_architectures
 from fbnas.search.oneshot_check import (RULES, checked_networks, choose, log_probabilities,
-                                        needs)
+                                        needs, shortlist)
 from fbnas.search.run import run_search
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -296,11 +296,15 @@ def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: 
     if len(options) == 1:
         return options[0], []
     keys = [key_of(ops) for ops in options]
-    shot = one_shot(run_dir, keys) if needs(by, "top1") else [{}] * len(keys)
     nw = naswot(keys) if needs(by, "naswot") else [None] * len(keys)
-    best = choose(by, top1=[m.get("top1") for m in shot], naswot=nw,
-                  macs=[lut.raw_sum(ops, "macs") for ops in options],
-                  theta=log_probabilities(space, probs, options))
+    figures = {"naswot": nw, "macs": [lut.raw_sum(ops, "macs") for ops in options],
+               "theta": log_probabilities(space, probs, options)}
+    shot = [{}] * len(keys)
+    if needs(by, "top1"):  # every network, or a shortlist rule's few, as Search.rerank does
+        todo = shortlist(by, len(keys), **{f: figures[f] for f in RULES[by] if f != "top1"})
+        for i, m in zip(todo, one_shot(run_dir, [keys[i] for i in todo])):
+            shot[i] = m
+    best = choose(by, top1=[m.get("top1") for m in shot], **figures)
     return options[best], [scored_entry(ops, m.get("top1"), m.get("ce"), v)
                            for ops, m, v in zip(options, shot, nw)]
 

@@ -142,9 +142,11 @@ class SearchConfig:
     # the network's MACs among the checked ones, or the training-free NASWOT score of a fresh
     # copy of each, which needs no one-shot pass, or the sum of NASWOT's rank and the one-shot
     # top-1's, or NASWOT's z-score plus a quarter of theta's log-probability's, with theta a
-    # prior over a long list (fbnas/search/oneshot_check.py)
+    # prior over a long list, or that rule's best 8 decided by the sum of its rank and the
+    # one-shot top-1's (fbnas/search/oneshot_check.py)
     rerank_by: str = _choices("top1", "top1_and_macs", "naswot", "naswot_and_top1",
-                              "naswot_and_theta", default="top1")
+                              "naswot_and_theta", "naswot_and_theta_then_top1",
+                              default="top1")
     # also check, for each layer and candidate, the most probable network within the window
     # that uses it there: a layer theta settled early is then checked too (oneshot_check.py)
     rerank_alternatives: bool = False
@@ -419,7 +421,8 @@ MAX_WORKERS = 64
 
 
 #: the search.rerank_by rules that score each checked network one-shot (those of
-#: fbnas.search.oneshot_check.RULES that use "top1"; a config does not import the search)
+#: fbnas.search.oneshot_check.RULES that use "top1", but for those that score a shortlist of
+#: 8 only; a config does not import the search)
 ONE_SHOT_RULES = ("top1", "top1_and_macs", "naswot_and_top1")
 
 

@@ -42,7 +42,7 @@ from fbnas.search.checkpoint import check_search_parts
 from fbnas.search.health import search_warnings, skip_count
 from fbnas.search.loss import multiplier_step, paper_loss, target_loss
 from fbnas.search.oneshot_check import (RULES, checked_networks, choose, label,
-                                        log_probabilities, needs)
+                                        log_probabilities, needs, shortlist)
 from fbnas.search.pictures import progress_chart, theta_heatmap, write_png
 from fbnas.search.supernet import Supernet, recalibrated_bn
 from fbnas.search.table import copy_table
@@ -325,12 +325,19 @@ class Search(Trainer):
             images = data_images(self.cfg, self.data)
             for s, v in zip(scored, score_architectures(self.space, options, images)):
                 s["naswot"] = v
-        if needs(rule, "top1"):
-            for s in scored:
+        if needs(rule, "top1"):  # every network, or a shortlist rule's few
+            for i in shortlist(rule, len(scored), **self.check_figures(rule, scored, "top1")):
+                s = scored[i]
                 figures = self.evaluate(self.val_loader, path=self.net.path_of(s["ops"]))
                 s.update(val_top1=figures["top1"], val_ce=figures["ce"])
-        best = choose(rule, **{f: [s[self.CHECK_KEYS[f]] for s in scored] for f in RULES[rule]})
+        best = choose(rule, **self.check_figures(rule, scored))
         return {"ops": scored[best]["ops"], "rank": best, "candidates": scored}
+
+    def check_figures(self, rule: str, scored: list[dict], leave_out: str = "") -> dict:
+        """The figures ``rule`` uses, one list each over the checked networks ``scored``
+        (None where a network has none: a shortlist rule's one-shot top-1 outside it)."""
+        return {f: [s.get(self.CHECK_KEYS[f]) for s in scored] for f in RULES[rule]
+                if f != leave_out}
 
     def build_model(self) -> Supernet:
         return build_supernet(self.cfg, self.space, self.lut)

@@ -55,8 +55,8 @@ def test_bad_values_name_the_key(override, message):
         load_config(None, [override])
 
 
-def test_a_check_without_one_shot_passes_may_list_hundreds_of_networks():
-    for rule in ("naswot", "naswot_and_theta"):
+def test_a_check_with_few_or_no_one_shot_passes_may_list_hundreds_of_networks():
+    for rule in ("naswot", "naswot_and_theta", "naswot_and_theta_then_top1"):
         cfg = load_config(None, ["search.rerank=256", f"search.rerank_by={rule}"])
         assert (cfg.search.rerank, cfg.search.rerank_by) == (256, rule)
         with pytest.raises(UsageError, match="search.rerank must be from 0 to 1024"):

@@ -84,6 +84,28 @@ def test_log_probabilities_sum_each_layers_log_probability_of_the_network():
 
 def test_the_config_knows_which_rules_score_one_shot():
     from fbnas.config import ONE_SHOT_RULES
-    from fbnas.search.oneshot_check import RULES, needs
+    from fbnas.search.oneshot_check import RULES, SHORTLISTED, needs
 
-    assert set(ONE_SHOT_RULES) == {rule for rule in RULES if needs(rule, "top1")}
+    # a rule that scores only a shortlist one-shot may check as many networks as NASWOT can
+    assert set(ONE_SHOT_RULES) == {rule for rule in RULES
+                                   if needs(rule, "top1") and rule not in SHORTLISTED}
+
+
+def test_then_top1_lets_one_shot_reorder_the_long_checks_best_8_only():
+    from fbnas.search.oneshot_check import shortlist
+
+    rule = "naswot_and_theta_then_top1"
+    # 10 networks, equally probable: NASWOT puts 0 to 7 in front, 8 and 9 are never scored
+    naswot, theta = [320.0, 319, 318, 317, 316, 315, 314, 313, 300, 299], [-1.0] * 10
+    assert shortlist(rule, 10, naswot=naswot, theta=theta) == list(range(8))
+    assert shortlist("top1", 10) == list(range(10))  # other rules score every network
+    # rank sums all 9 (score ranks 8..1, top-1 ranks 1..8): a tie, to the better score
+    top1 = [40.0, 41, 42, 43, 44, 45, 46, 47, None, None]
+    assert choose(rule, naswot=naswot, theta=theta, top1=top1) == 0
+    # a clear one-shot lead inside the shortlist moves the choice: 3 sums 5 + 8
+    top1[3] = 60.0
+    assert choose(rule, naswot=naswot, theta=theta, top1=top1) == 3
+    # theta shapes the shortlist as it weighs naswot_and_theta: at near-equal NASWOT scores
+    # the likelier network 8 takes 7's place
+    naswot[8], theta[8] = 312.9, 5.0
+    assert sorted(shortlist(rule, 10, naswot=naswot, theta=theta)) == [0, 1, 2, 3, 4, 5, 6, 8]
