@@ -23,9 +23,10 @@ NASWOT over its --rerank most probable networks, default 256, by --rerank-by, de
 naswot_and_theta) at each budget and seed; a pick is the cost-only control decided by its own
 check, so its row's control is the pick itself. Minutes, not hours: nothing is trained.
 
-report (macro_report.py): the table of --results, a summary per recipe, what rules that need no search (most
-MACs within the budget, slowest within it; with --naswot-window the best NASWOT score among
-the networks that spend 90 to 100% of it) score at its budgets, and one picture:
+report (macro_report.py): the table of --results, a summary per recipe, what rules that
+need no search (most MACs within the budget, slowest within it; with --naswot-window the best
+NASWOT score among the networks that spend 90 to 100% of it) score at its budgets, and one
+picture:
 every network of the space as a grey point (true accuracy against predicted latency), the
 Pareto front, the budgets, found networks and controls. The same seed searches differently
 on another CPU model, so --cpu keeps the rows of one; --recipe keeps one recipe's rows;
