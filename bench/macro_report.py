@@ -71,8 +71,8 @@ def summary(rows: list[dict], truth) -> None:
               f"{statistics.mean(gaps):.2f}, worst {max(gaps):.2f}; median percentile "
               f"{statistics.median(r['percentile'] for r in mine):.1f}; mean true top-1 "
               f"{statistics.mean(r['accuracy'] for r in mine):.2f}%; beat the control "
-              f"{beat_c}/{n} ({tie_c} ties){plain_c}, the near-budget mean {beat_n}/{n}; within 10% "
-              f"under the budget {land}/{n}; max p {min(p):.2f} to {max(p):.2f}, decided "
+              f"{beat_c}/{n} ({tie_c} ties){plain_c}, the near-budget mean {beat_n}/{n}; "
+              f"within 10% under the budget {land}/{n}; max p {min(p):.2f} to {max(p):.2f}, decided "
               f"{decided}/{n}; {min(minutes):.1f} to {max(minutes):.1f} minutes training"
               f"{walls}{checked}")
 
