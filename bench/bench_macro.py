@@ -424,14 +424,20 @@ def picks(args) -> None:
 
 
 def score(args) -> None:
-    """Rows for searches run elsewhere (fbnas train --target-ms on nasbench_macro)."""
+    """Rows for searches run elsewhere (fbnas train --target-ms on nasbench_macro), at
+    --threads, each appended as it is scored: a long re-decision stopped halfway keeps the
+    rows it made."""
+    import torch
+
     space, lut, truth, lat, naswot = setting(args)
-    rows = []
-    for run in args.runs:
+    torch.set_num_threads(args.threads)
+
+    def scored(run: str) -> dict:
         row = score_run(args, Path(run), truth, lut, space, lat, naswot)
         share = sum(v <= row["budget_ms"] * 1000 for v in lat.values()) / len(lat)
-        rows.append({"quantile": round(share, 3), **row})
-    append_rows(args, rows)
+        return {"quantile": round(share, 3), **row}
+
+    append_rows(args, (scored(run) for run in args.runs))
 
 
 def append_rows(args, rows) -> None:
