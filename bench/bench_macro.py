@@ -302,7 +302,7 @@ def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: 
                "theta": log_probabilities(space, probs, options)}
     shot = [{}] * len(keys)
     if needs(by, "top1"):  # every network, or a shortlist rule's few, as Search.rerank does
-        todo = shortlist(by, len(keys), **{f: figures[f] for f in RULES[by] if f != "top1"})
+        todo = shortlist(by, len(keys), **figures)
         for i, m in zip(todo, one_shot(run_dir, [keys[i] for i in todo])):
             shot[i] = m
     best = choose(by, top1=[m.get("top1") for m in shot], **figures)

@@ -109,7 +109,8 @@ def _weighted(rule: str, figures: dict) -> np.ndarray:
 def shortlist(rule: str, n: int, **figures: list[float]) -> list[int]:
     """The indices of the networks ``rule`` scores one-shot among ``n`` checked: every one,
     or for a SHORTLISTED rule the best few by its first rule (best first; ties to the better
-    first figure, then to the more probable), from the figures that rule uses."""
+    first figure, then to the more probable), from the figures that rule uses (others,
+    such as a not yet scored ``top1``, are ignored)."""
     if rule not in SHORTLISTED:
         return list(range(n))
     first, size = SHORTLISTED[rule]

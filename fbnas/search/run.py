@@ -326,18 +326,18 @@ class Search(Trainer):
             for s, v in zip(scored, score_architectures(self.space, options, images)):
                 s["naswot"] = v
         if needs(rule, "top1"):  # every network, or a shortlist rule's few
-            for i in shortlist(rule, len(scored), **self.check_figures(rule, scored, "top1")):
+            for i in shortlist(rule, len(scored), **self.check_figures(rule, scored)):
                 s = scored[i]
                 figures = self.evaluate(self.val_loader, path=self.net.path_of(s["ops"]))
                 s.update(val_top1=figures["top1"], val_ce=figures["ce"])
         best = choose(rule, **self.check_figures(rule, scored))
         return {"ops": scored[best]["ops"], "rank": best, "candidates": scored}
 
-    def check_figures(self, rule: str, scored: list[dict], leave_out: str = "") -> dict:
+    def check_figures(self, rule: str, scored: list[dict]) -> dict:
         """The figures ``rule`` uses, one list each over the checked networks ``scored``
-        (None where a network has none: a shortlist rule's one-shot top-1 outside it)."""
-        return {f: [s.get(self.CHECK_KEYS[f]) for s in scored] for f in RULES[rule]
-                if f != leave_out}
+        (None where a network has none yet: one-shot top-1 before, or outside, the
+        shortlist)."""
+        return {f: [s.get(self.CHECK_KEYS[f]) for s in scored] for f in RULES[rule]}
 
     def build_model(self) -> Supernet:
         return build_supernet(self.cfg, self.space, self.lut)
