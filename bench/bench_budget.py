@@ -50,7 +50,7 @@ def budget(args) -> None:
     import torch
 
     from fbnas.latency.measure import measure_latency
-    from fbnas.search.budget import ops_in_window
+    from fbnas.search.window import ops_in_window
 
     if args.target_ms is None:
         raise SystemExit("budget mode needs --target-ms")

@@ -175,7 +175,7 @@ class LossConfig:
     target_penalty: str = _choices("absolute", "multiplier", default="absolute")
     # the network a budget search returns spends at least this share of the budget, where any
     # network of the space does: the most probable one in [floor * T, T], not merely under T
-    # (see fbnas/search/budget.py, ops_in_window); 0: the most probable one under T
+    # (see fbnas/search/window.py, ops_in_window); 0: the most probable one under T
     target_floor: float = 0.9
     multiplier_lr: float = 0.1
     # how fast the multiplier moves: "fixed" moves it by multiplier_lr every theta step, so as

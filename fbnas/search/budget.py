@@ -59,12 +59,10 @@ then deterministically by candidate order. Candidates of probability 0 (log-prob
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from fbnas.arch.ops import parse_op
 from fbnas.errors import FbnasError, Warn, warn_stderr
 
 #: most partial networks kept after a layer; more only for (near-)linear theta, see above
@@ -379,7 +377,7 @@ def raw_limit(lut, budget_us: float) -> float:
     return t
 
 
-def _layer_costs(lut, space) -> list[list[float]]:
+def layer_costs(lut, space) -> list[list[float]]:
     """Per layer of ``space`` the table cost of each candidate, in the space's order."""
     return [[lut.cost(row["candidates"][op]) for op in layer.candidates]
             for layer, row in zip(space.layers, lut.data["layers"])]
@@ -389,7 +387,7 @@ def _log(p: float) -> float:
     return math.log(p) if p > 0 else -math.inf
 
 
-def _ms(us: float) -> str:
+def ms_that_fits(us: float) -> str:
     """A budget in ms, rounded up to the microsecond, that a network costing ``us`` fits."""
     text = f"{math.ceil(us) / 1000:.3f}"
     while float(text) * 1000.0 < us:
@@ -405,7 +403,7 @@ def ops_under_budget(lut, space, probs, budget_us: float, warn: Warn = warn_stde
     budget, naming that minimum. ``budget_us`` is a checked budget's ``Budget.us``
     (fbnas.config.Budget).
     """
-    costs = _layer_costs(lut, space)
+    costs = layer_costs(lut, space)
     if costs:
         # fold the stem and head into the first layer: the sums then run in raw_sum's order,
         # float for float, so comparing them with raw_limit is comparing the predictions
@@ -423,7 +421,7 @@ def ops_under_budget(lut, space, probs, budget_us: float, warn: Warn = warn_stde
             how = "calibrated prediction" if lut.calibration else "table sum"
             raise FbnasError(f"a budget of {budget_us / 1000:g} ms is below the fastest "
                              f"architecture of space {space.name}, {low / 1000:.4f} ms ({how}); "
-                             f"ask for at least {_ms(low)} ms")
+                             f"ask for at least {ms_that_fits(low)} ms")
         ops = [layer.candidates[j] for layer, j in zip(space.layers, sol.path)]
         if lut.predict(ops) <= budget_us:
             break
@@ -436,204 +434,3 @@ def ops_under_budget(lut, space, probs, budget_us: float, warn: Warn = warn_stde
              f"{math.exp(min(sol.gap, 700.0)):.6g} of the most probable architecture's "
              "probability")
     return ops
-
-
-#: cells of the latency grid :func:`ops_in_window` solves on
-WINDOW_CELLS = 20_000
-
-
-def ops_in_window(lut, space, probs, budget_us: float, floor: float,
-                  warn: Warn = warn_stderr) -> list[str]:
-    """The most probable architecture whose ``lut.predict`` spends between ``floor`` times the
-    budget and the budget; where no architecture of the space reaches the floor, the most
-    probable one within the budget (:func:`ops_under_budget`).
-
-    Why a floor: the most accurate network within a budget nearly always spends most of it
-    (on NAS-Bench-Macro the best network under each of four budgets spends 91 to 99%), but
-    while theta is undecided the most probable network within the budget can be a near-tie of
-    cheap candidates far under it (the demo once ended 18% under). A floor turns the budget
-    into a window and the question into "the most probable network that spends it".
-
-    A lower bound breaks the Pareto pruning :func:`solve` relies on (a slower partial network
-    may be the only one that can still reach the floor), so this is a dynamic program over a
-    grid of ``WINDOW_CELLS`` latency cells instead: each candidate's table cost is rounded to
-    a whole number of cells, and the window is narrowed by the largest total rounding error
-    (half a cell a layer) at both ends, so the network returned is inside the true window.
-    It can miss a more probable network that lies within that margin of either edge (at most
-    a fraction of a microsecond a layer on the shipped tables).
-    """
-    plain = ops_under_budget(lut, space, probs, budget_us, warn)
-    if floor <= 0 or lut.predict(plain) >= floor * budget_us:
-        return plain
-    costs = _layer_costs(lut, space)
-    fixed = lut.fixed_cost()
-    high = raw_limit(lut, budget_us) - fixed
-    a, b = lut.calibration or (1.0, 0.0)
-    low = (floor * budget_us - b) / a - fixed
-    cell = high / WINDOW_CELLS
-    margin = 0.5 * len(costs) * cell
-    lo_cell, hi_cell = math.ceil((low + margin) / cell), math.floor((high - margin) / cell)
-    if lo_cell > hi_cell:
-        return plain
-    best = np.full(hi_cell + 1, -np.inf)
-    best[0] = 0.0
-    choice = []
-    for c, p in zip(costs, probs):
-        w = [int(round(x / cell)) for x in c]
-        # probability 0 as a large finite penalty: such candidates stay usable when nothing
-        # else reaches the window (as ops_under_budget allows), while -inf marks unreachable
-        lp = [math.log(float(x)) if x > 0 else -1e9 for x in p]
-        options = np.full((len(w), hi_cell + 1), -np.inf)
-        for i, (wi, li) in enumerate(zip(w, lp)):
-            if wi <= hi_cell:
-                options[i, wi:] = best[:hi_cell + 1 - wi] + li
-        pick = options.argmax(axis=0)  # the first candidate on ties: deterministic
-        choice.append((pick, w))
-        best = options[pick, np.arange(hi_cell + 1)]
-    window = best[lo_cell:]
-    if not np.isfinite(window).any():
-        return plain  # no network of the space reaches the floor within the budget
-    at = lo_cell + int(window.argmax())
-    path = []
-    for pick, w in reversed(choice):
-        i = int(pick[at])
-        path.append(i)
-        at -= w[i]
-    ops = [layer.candidates[i] for layer, i in zip(space.layers, reversed(path))]
-    # the margin makes this hold; should rounding ever defeat it, the plain rule still fits
-    return ops if floor * budget_us <= lut.predict(ops) <= budget_us else plain
-
-
-#: top_in_window's grid keeps this many times the networks asked for, so that the list is
-#: still full after equivalent networks are dropped
-POOL = 4
-#: the most memory top_in_window's grid may take; more is refused before it starts
-WINDOW_MEMORY = 3 * 2**30
-
-
-def window_list_bytes(space, k: int) -> int:
-    """About the peak memory of :func:`top_in_window` listing ``k`` networks of ``space``:
-    per latency cell and kept partial network, a float, its sort index and a temporary for
-    each candidate of a layer, the kept scores, and a 4-byte back-pointer per layer. Measured
-    (the process's peak less its size before): 2.6 GiB for 256 networks of nasbench_macro
-    (2.4 estimated), 1.0 GiB for 32 of fbnet_cifar (0.8 estimated)."""
-    cands = max(len(layer.candidates) for layer in space.layers)
-    return WINDOW_CELLS * k * POOL * (24 * cands + 24 + 4 * len(space.layers))
-
-
-def check_window_list(space, k: int, knob: str = "search.rerank") -> None:
-    """Refuse, in one line naming the largest that fits, a list of ``k`` networks of ``space``
-    whose window search would take more than ``WINDOW_MEMORY``; ``knob`` is how the user
-    set ``k``."""
-    need = window_list_bytes(space, k)
-    if need > WINDOW_MEMORY:
-        fits = max(1, k * WINDOW_MEMORY // need)
-        raise FbnasError(f"{knob} {k}: listing that many networks of {space.name} "
-                         f"takes about {need / 2**30:.1f} GiB of memory; use {knob} "
-                         f"{fits} or fewer")
-
-
-def check_budget(lut, space, budget_us: float, k: int, warn: Warn = warn_stderr,
-                 knob: str = "search.rerank") -> None:
-    """Refuse, before any training or scoring, a budget no network of ``space`` meets and a
-    check list of ``k`` networks (set by ``knob``) too long to find; warn of a budget above
-    the slowest network, which pushes every layer toward its slowest candidate."""
-    if k > 1:
-        check_window_list(space, k, knob)
-    costs = lut.layer_costs()
-    uniform = [np.full(len(c), 1.0 / len(c)) for c in costs]
-    ops_under_budget(lut, space, uniform, budget_us, warn)  # raises below the minimum
-    names = lut.layer_candidates()
-    slowest = lut.predict([n[int(np.argmax(c))] for n, c in zip(names, costs)])
-    if budget_us > slowest:
-        warn(f"the budget {_ms(budget_us)} ms is above the slowest network of {space.name} "
-             f"({_ms(slowest)} ms predicted): every layer is pushed toward its slowest "
-             "candidate")
-
-
-def top_in_window(lut, space, probs, budget_us: float, floor: float, k: int,
-                  warn: Warn = warn_stderr) -> list[list[str]]:
-    """Up to ``k`` architectures, most probable first, whose predicted latency lies between
-    ``floor`` times the budget and the budget (the whole budget where none reaches the floor
-    or ``floor`` is 0); the first is always :func:`ops_in_window`'s answer, and no two are the
-    same network (:func:`same_network`): the most probable of equivalent ones stands for them.
-
-    The same grid program as :func:`ops_in_window`, keeping the ``POOL * k`` best partial
-    networks of every latency cell instead of one: these are the candidates a search's
-    one-shot check (``search.rerank``) compares.
-    """
-    first = ops_in_window(lut, space, probs, budget_us, floor, warn)
-    if k <= 1:
-        return [first]
-    check_window_list(space, k)
-    pool = k * POOL  # room for the equivalent networks dropped below
-    costs = _layer_costs(lut, space)
-    fixed = lut.fixed_cost()
-    high = raw_limit(lut, budget_us) - fixed
-    a, b = lut.calibration or (1.0, 0.0)
-    cell = high / WINDOW_CELLS
-    margin = 0.5 * len(costs) * cell
-    hi_cell = math.floor((high - margin) / cell)
-    lo_cell = max(0, math.ceil(((floor * budget_us - b) / a - fixed + margin) / cell))
-    if floor <= 0 or lo_cell > hi_cell or lut.predict(first) < floor * budget_us:
-        lo_cell = 0  # nothing reaches the floor: as ops_in_window, the whole budget
-    n = hi_cell + 1
-    best = np.full((n, pool), -np.inf)
-    best[0, 0] = 0.0
-    steps = []
-    for c, p in zip(costs, probs):
-        w = [int(round(x / cell)) for x in c]
-        lp = [math.log(float(x)) if x > 0 else -1e9 for x in p]
-        options = np.full((n, len(w), pool), -np.inf)
-        for i, (wi, li) in enumerate(zip(w, lp)):
-            if wi < n:
-                options[wi:, i, :] = best[:n - wi] + li
-        flat = options.reshape(n, -1)
-        order = np.argsort(-flat, axis=1, kind="stable")[:, :pool]
-        best = np.take_along_axis(flat, order, axis=1)
-        steps.append((order.astype(np.int32), w))  # half the memory of the sort's int64
-    window = best[lo_cell:]
-    ranked = np.argsort(-window, axis=None, kind="stable")[:pool]
-    found, seen = [first], {same_network(space, first)}
-    for flat_at in ranked:
-        at, rank = divmod(int(flat_at), pool)
-        at += lo_cell
-        if not np.isfinite(best[at, rank]):
-            break
-        path = []
-        for order, w in reversed(steps):
-            i, rank = divmod(int(order[at, rank]), pool)
-            path.append(i)
-            at -= w[i]
-        ops = [layer.candidates[i] for layer, i in zip(space.layers, reversed(path))]
-        key = same_network(space, ops)
-        if key not in seen and lut.predict(ops) <= budget_us:
-            found.append(ops)
-            seen.add(key)
-    return found[:k]
-
-
-def same_network(space, ops: Sequence[str]) -> tuple:
-    """A key two architectures share exactly when they build the same network.
-
-    A ``skip`` off a transition layer (``Layer.transition``) is the identity, and a run of
-    such layers keeps one shape throughout, so within a run only the order of the other ops
-    matters: ``k3_e3 skip`` and ``skip k3_e3`` there are one network, with the
-    same weights to train and the same latency (NAS-Bench-Macro lists them with one
-    accuracy). Without this key the one-shot check's 8 networks held such pairs in 9 of 12
-    NAS-Bench-Macro searches, and compared fewer networks than it was asked to.
-    """
-    key: list = []
-    run: list[str] = []
-    for layer, op in zip(space.layers, ops):
-        if not layer.transition:
-            run.append(op)
-            continue
-        key += _run_key(run)
-        key.append(op)
-        run = []
-    return tuple(key + _run_key(run))
-
-
-def _run_key(run: list[str]) -> list:
-    return [("run", tuple(o for o in run if not parse_op(o).is_skip), len(run))] if run else []

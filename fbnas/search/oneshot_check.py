@@ -149,10 +149,10 @@ def choose(rule: str, **figures: list[float]) -> int:
 def checked_networks(lut, space, probs, budget_us: float, floor: float, k: int,
                      alternatives: bool = False) -> list[list[str]]:
     """The networks the check compares, most probable first: theta's ``k`` most probable
-    different networks within the budget's window (:func:`~fbnas.search.budget.top_in_window`)
+    different networks within the budget's window (:func:`~fbnas.search.window.top_in_window`)
     and, with ``alternatives`` (``search.rerank_alternatives``), after them
     :func:`per_layer_alternatives`."""
-    from fbnas.search.budget import same_network, top_in_window
+    from fbnas.search.window import same_network, top_in_window
 
     listed = top_in_window(lut, space, probs, budget_us, floor, max(k, 1))
     if not alternatives or k <= 1:
@@ -179,7 +179,7 @@ def per_layer_alternatives(lut, space, probs, budget_us: float,
     lost up to 1.5 points). One network per (layer, candidate), each the best theta allows
     around that one change, puts every such decision before the check once.
     """
-    from fbnas.search.budget import ops_in_window
+    from fbnas.search.window import ops_in_window
 
     # the window as the check's list has it: where theta's best network cannot reach the
     # floor, the whole budget

@@ -50,7 +50,7 @@ def pick(cfg, networks: int = DEFAULT_NETWORKS, rule: str = PICK_RULES[0],
     from fbnas.errors import FbnasError, UsageError, warn_stderr
     from fbnas.latency.lut import load_lut
     from fbnas.runs.loaders import open_dataset
-    from fbnas.search.budget import check_budget
+    from fbnas.search.window import check_budget
     from fbnas.search.latency_prior import latency_prior, search_theta_steps
     from fbnas.search.naswot import data_images, score_architectures
     from fbnas.search.oneshot_check import checked_networks, choose, log_probabilities

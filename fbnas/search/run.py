@@ -164,7 +164,7 @@ class Search(Trainer):
     def _check_budget(self) -> None:
         """Refuse a budget no network of the space meets, or a check list too long to find
         (before training, not after it); warn of a budget it cannot spend."""
-        from fbnas.search.budget import check_budget
+        from fbnas.search.window import check_budget
 
         check_budget(self.lut, self.space, self.budget.us, self.cfg.search.rerank, self.warn)
 
@@ -285,7 +285,7 @@ class Search(Trainer):
             return self.net.argmax_ops()
         if self.decision is not None:
             return list(self.decision["ops"])
-        from fbnas.search.budget import ops_in_window
+        from fbnas.search.window import ops_in_window
 
         probs = self.probabilities_np()
         return ops_in_window(self.lut, self.space, probs, self.budget.us, self.budget.floor)

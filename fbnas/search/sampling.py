@@ -3,9 +3,10 @@
 A search ends with one probability distribution per layer, softmax(theta). FBNet takes the
 most probable candidate of every layer (``--hard``) or draws several architectures from the
 distributions and keeps the best; with a latency budget, ``--hard`` takes the most probable
-architecture predicted within it (:mod:`fbnas.search.budget`). All become entries that record, next
-to the model definition, where they came from (checkpoint, table, hashes), the per-layer
-probabilities and the table's predicted latency, multiply-adds (MACs) and params.
+architecture predicted within it (:mod:`fbnas.search.budget`), or within a window below it
+(:mod:`fbnas.search.window`). All become entries that record, next to the model definition,
+where they came from (checkpoint, table, hashes), the per-layer probabilities and the
+table's predicted latency, multiply-adds (MACs) and params.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from fbnas.config import Budget
 from fbnas.errors import FbnasError, UsageError
 from fbnas.io import file_hash
 from fbnas.search.checkpoint import SearchCheckpoint
-from fbnas.search.budget import ops_in_window
+from fbnas.search.window import ops_in_window
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 

@@ -15,7 +15,8 @@ from fbnas.errors import FbnasError
 from fbnas.io import read_json, write_json
 from fbnas.latency.lut import LUT, load_lut
 from fbnas.search.checkpoint import load_search_checkpoint
-from fbnas.search.budget import best_path, ops_in_window, ops_under_budget, raw_limit, solve
+from fbnas.search.budget import best_path, ops_under_budget, raw_limit, solve
+from fbnas.search.window import ops_in_window
 from tests.conftest import REPO
 from tests.arch.test_arch import assert_user_error, cli, make_run, peaked_theta
 
@@ -412,7 +413,7 @@ def test_top_in_window_lists_the_most_probable_networks_that_spend_the_budget(sp
     """Against brute force: distinct networks inside the window, the first ops_in_window's,
     and the i-th at least as probable as the i-th most probable network clear of the grid's
     margins; where none reaches the floor, networks under the budget."""
-    from fbnas.search.budget import top_in_window
+    from fbnas.search.window import top_in_window
 
     lut, archs, pred = window_setting(space, tname)
     for theta_name, probs, lp in window_thetas(space, archs):
@@ -471,7 +472,7 @@ def test_per_layer_alternatives_are_the_most_probable_networks_using_each_candid
     candidate there, as probable as the most probable such network clear of the grid's
     margins (where one has a probability above 0); the check's list holds theta's
     k networks first and every alternative as a distinct network after them."""
-    from fbnas.search.budget import same_network
+    from fbnas.search.window import same_network
     from fbnas.search.oneshot_check import checked_networks, per_layer_alternatives
 
     lut, archs, pred = window_setting(space, "shipped")

@@ -54,7 +54,7 @@ def test_networks_one_skip_apart_in_order_are_one_network_in_the_benchmark():
     """same_network joins keys that differ only in where an identity skip sits within a run
     of equal-shape layers; the benchmark trained those once (each class has one accuracy),
     and the 6,561 keys are 3,969 networks: 9 x 21 x 21 over the three stages."""
-    from fbnas.search.budget import same_network
+    from fbnas.search.window import same_network
 
     raw = require_benchmark()
     space = load_space("nasbench_macro")
@@ -73,7 +73,7 @@ def test_the_checks_networks_are_distinct_networks():
     """top_in_window on the bundled table lists k networks of which no two are the same
     network, the first still ops_in_window's, even where theta favours skip at every layer."""
     from fbnas.latency.lut import load_lut
-    from fbnas.search.budget import ops_in_window, same_network, top_in_window
+    from fbnas.search.window import ops_in_window, same_network, top_in_window
 
     space = load_space("nasbench_macro")
     lut = load_lut(REPO / "lookup_tables" / "nasbench_macro_ort.json")
