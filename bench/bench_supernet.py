@@ -23,6 +23,9 @@ images/s and the ratios. Variants:
              NCHW gradient made the layer input's gradient NCHW (mixed-format ops after it)
   hard-conv  hard-fast with every 1x1 conv a oneDNN conv, as before fbnas/arch/pointwise.py
              (which trains those on maps of 8x8 and less as matrix products)
+  hard-shared  hard-fast with shared weights (search.shared_weights: configs/macro.yaml's)
+  hard-shared-plain  hard-shared with the shared-weight blocks' convs unrouted, as before
+             2026-12-03 (oneDNN's depthwise weight gradients and 1x1 convs everywhere there)
 
 Hard steps draw their paths from a generator seeded by the step's number, so the k-th step
 of every hard variant trains the same path. The process keeps freed memory in its heap, as
@@ -59,26 +62,31 @@ from fbnas.arch.space import load_space
 from fbnas.latency.lut import LUT, load_lut, profile_space
 from fbnas.machine import keep_freed_memory
 from fbnas.search import fused
+from fbnas.search.entangled import EntangledBlock
 from fbnas.search.loss import paper_loss
 from fbnas.search.supernet import Supernet
 
 from bench.bench_depthwise import small_input_only
 
 VARIANTS = ("loop", "fast", "loop-cl", "hard", "hard-fast", "hard-tp2", "hard-one",
-            "hard-onednn", "hard-small", "hard-sliced", "hard-conv")
+            "hard-onednn", "hard-small", "hard-sliced", "hard-conv", "hard-shared",
+            "hard-shared-plain")
 LABELS = {"loop": "soft, loop (NCHW)", "fast": "soft, fast", "loop-cl": "soft, loop (CL)",
           "hard": "hard, loop (NCHW)", "hard-fast": "hard, fast",
           "hard-tp2": "hard, 2 at transitions", "hard-one": "hard, 1 at transitions",
           "hard-onednn": "hard, oneDNN dw grads", "hard-small": "hard, fwd-form dw if small",
           "hard-sliced": "hard, sliced inputs",
-          "hard-conv": "hard, 1x1 as convs"}
+          "hard-conv": "hard, 1x1 as convs", "hard-shared": "hard, shared weights",
+          "hard-shared-plain": "hard, shared, unrouted"}
 # the Supernet arguments of each variant (loop-cl is converted after building)
 OPTIONS = {"loop": {"impl": "loop"}, "fast": {"impl": "fast"}, "loop-cl": {"impl": "loop"},
            "hard": {"impl": "loop"}, "hard-fast": {"impl": "fast"},
            "hard-tp2": {"impl": "fast", "transition_paths": 2},
            "hard-one": {"impl": "fast", "soft_transitions": False},
            "hard-onednn": {"impl": "fast"}, "hard-small": {"impl": "fast"},
-           "hard-sliced": {"impl": "fast"}, "hard-conv": {"impl": "fast"}}
+           "hard-sliced": {"impl": "fast"}, "hard-conv": {"impl": "fast"},
+           "hard-shared": {"impl": "fast", "shared_weights": True},
+           "hard-shared-plain": {"impl": "fast", "shared_weights": True}}
 
 
 def build(space, lut: LUT, variant: str) -> Supernet:
@@ -91,6 +99,10 @@ def build(space, lut: LUT, variant: str) -> Supernet:
         for m in net.modules():
             if type(m) is RoutedDepthwiseConv:
                 m.__class__ = nn.Conv2d
+    if variant == "hard-shared-plain":
+        for m in net.modules():
+            if isinstance(m, EntangledBlock):
+                m.routed = False
     return net
 
 
@@ -242,7 +254,9 @@ def main() -> None:
                             "weight gradients"),
                            ("hard-sliced", "hard-fast", "speed-up of format-keeping strided "
                             "inputs"),
-                           ("hard-conv", "hard-fast", "speed-up of 1x1 convs as matrix products")):
+                           ("hard-conv", "hard-fast", "speed-up of 1x1 convs as matrix products"),
+                           ("hard-shared-plain", "hard-shared",
+                            "speed-up of routing the shared-weight blocks' convs")):
             if a in med and b in med:
                 print(f"{what}: {med[a] / med[b]:.2f}x")
     if not args.no_memory:

@@ -81,16 +81,25 @@ def forward_form_pays(kernel: tuple[int, int], stride: tuple[int, int], height: 
             or (min(kernel) >= 5 and tuple(stride) == (1, 1)))
 
 
+def depthwise_conv(x: torch.Tensor, weight: torch.Tensor, stride: tuple[int, int],
+                   padding: tuple[int, int]) -> torch.Tensor:
+    """``F.conv2d(x, weight, None, stride, padding, groups=channels)`` (no bias, dilation 1),
+    its weight gradient by :func:`depthwise_weight_grad` on the CPU where
+    :func:`forward_form_pays`. ``weight`` may be a slice of a larger parameter (a shared-weight
+    supernet's centre kernel): the gradient flows back through the slice."""
+    if (x.device.type == "cpu" and torch.is_grad_enabled() and weight.requires_grad
+            and not torch.is_autocast_enabled("cpu")  # bf16 steps keep oneDNN's own
+            and forward_form_pays(tuple(weight.shape[-2:]), stride, *x.shape[-2:])):
+        return _DepthwiseConv.apply(x, weight, tuple(stride), tuple(padding))
+    return F.conv2d(x, weight, None, stride, padding, 1, weight.shape[0])
+
+
 class RoutedDepthwiseConv(nn.Conv2d):
     """An ``nn.Conv2d`` (depthwise, no bias, dilation 1) whose weight gradient takes
     :func:`depthwise_weight_grad` on the CPU where :func:`forward_form_pays`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (x.device.type == "cpu" and torch.is_grad_enabled() and self.weight.requires_grad
-                and not torch.is_autocast_enabled("cpu")  # bf16 steps keep oneDNN's own
-                and forward_form_pays(self.kernel_size, self.stride, *x.shape[-2:])):
-            return _DepthwiseConv.apply(x, self.weight, self.stride, self.padding)
-        return super().forward(x)
+        return depthwise_conv(x, self.weight, self.stride, self.padding)
 
 
 def route_depthwise(module: nn.Module) -> int:

@@ -39,7 +39,7 @@ from fbnas.arch.pointwise import route_small_map_pointwise
 from fbnas.arch.space import Layer, SearchSpace
 from fbnas.errors import FbnasError
 from fbnas.latency.lut import LUT
-from fbnas.search.entangled import entangled_candidates
+from fbnas.search.entangled import entangled_candidates, route_entangled
 from fbnas.search.fused import FusedPlan, fused_forward, route_around_strided_pointwise
 
 MODES = ("soft", "hard", "argmax", "softmax")
@@ -199,6 +199,7 @@ class Supernet(nn.Module):
             route_around_strided_pointwise(self)  # a oneDNN defect (fbnas/search/fused.py)
             route_depthwise(self)  # another one (fbnas/arch/depthwise.py)
             route_small_map_pointwise(self)  # faster as matrix products (fbnas/arch/pointwise.py)
+            route_entangled(self)  # both routes for shared-weight blocks' functional convs
 
     def forward(self, x: torch.Tensor, tau: float = 1.0, mode: str = "soft",
                 per_sample: bool = False, all_candidates: bool = False,

@@ -96,3 +96,53 @@ def test_shared_supernet_theta_gradient_reaches_every_candidate(tiny_lut_data):
     F.cross_entropy(logits, y).backward()
     for layer in net.layers:
         assert bool((layer.theta.grad != 0).all()), layer.candidates
+
+
+def _graph_names(t: torch.Tensor) -> set[str]:
+    names, todo, seen = set(), [t.grad_fn], set()
+    while todo:
+        fn = todo.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        names.add(type(fn).__name__)
+        todo.extend(f for f, _ in fn.next_functions)
+    return names
+
+
+def test_routed_blocks_take_the_fast_forms_and_compute_the_same():
+    """On a 4x4 map (where the fast supernet routes them) a shared 5x5 block trains its
+    depthwise weight gradient in forward form and its 1x1 convs as matrix products, with the
+    outputs and gradients of the plain convs up to float rounding."""
+    torch.manual_seed(0)
+    ops, shared = entangled_candidates(["k3_e3", "k5_e6"], 8, 8, 1)
+    shared.to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        for p in shared.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    x0 = torch.randn(4, 8, 4, 4).contiguous(memory_format=torch.channels_last)
+    block = ops[1]
+    results = []
+    for routed in (False, True):
+        block.routed = routed
+        shared.zero_grad()
+        x = x0.clone().requires_grad_()
+        out = block(x)
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        results.append((out.detach(), x.grad, [p.grad.clone() for p in shared.parameters()]))
+        taken = _graph_names(out)
+        assert ("_DepthwiseConvBackward" in taken) == routed, taken
+        assert ("_ProductsBackward" in taken) == routed, taken
+    (a, ga, pa), (b, gb, pb) = results
+    assert torch.allclose(a, b, atol=1e-5)
+    assert torch.allclose(ga, gb, atol=1e-5)
+    for u, v in zip(pa, pb):
+        assert torch.allclose(u, v, atol=1e-4, rtol=1e-4)
+
+
+def test_the_fast_supernet_routes_its_shared_blocks(tiny_lut_data):
+    space, lut = load_space("tiny"), LUT(tiny_lut_data)
+    for impl, routed in (("loop", False), ("fast", True)):
+        net = Supernet(space, lut, impl=impl, shared_weights=True)
+        blocks = [m for m in net.modules() if isinstance(m, EntangledBlock)]
+        assert blocks and all(b.routed == routed for b in blocks)

@@ -66,3 +66,22 @@ def test_scores_are_a_function_of_the_architecture_and_leave_the_random_state_al
     assert score_architectures(space, ops, x) == first
     assert first[0] != first[1]
 
+
+
+def test_channels_last_codes_give_the_same_kernel():
+    """The same ReLU outputs held channels_last score exactly as held NCHW: the codes are
+    read in another unit order, never mixed across images."""
+    torch.manual_seed(0)
+    x = torch.randn(16, 6, 5, 7)
+    relu = nn.Sequential(nn.ReLU())
+    assert naswot(relu, x.contiguous(memory_format=torch.channels_last)) == naswot(relu, x)
+
+
+def test_a_network_scores_alike_in_either_memory_format():
+    """score_architectures runs its networks channels_last; BN's rounding may tip a unit at
+    zero, nothing more."""
+    torch.manual_seed(0)
+    net, x = small_net(), torch.randn(16, 3, 8, 8)
+    nchw = naswot(net, x)
+    net.to(memory_format=torch.channels_last)
+    assert abs(naswot(net, x.contiguous(memory_format=torch.channels_last)) - nchw) < 1e-4
