@@ -52,7 +52,7 @@ from pathlib import Path
 from fbnas.arch.space import load_space
 from fbnas.config import load_config
 from fbnas.latency.lut import load_lut
-from fbnas.latency.timing import cpu_model
+from fbnas.machine import cpu_identity, cpu_model
 from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.search.checkpoint import load_search_checkpoint
 from fbnas.search.groundtruth import (all_keys, judge, key_of, latency_quantile, load_truth,
@@ -184,7 +184,7 @@ def search_one(args, truth, lut, space, lat, naswot, quantile, budget_ms: float,
     row = score_run(args, out, truth, lut, space, lat, naswot)
     # where the search minutes were spent: this CPU, with --jobs searches side by side
     return {"quantile": quantile, **row, "wall_minutes": wall, "cpu": cpu_model(),
-            "jobs": args.jobs}
+            "cpu_id": cpu_identity(), "jobs": args.jobs}
 
 
 def score_run(args, out: Path, truth, lut, space, lat, naswot: Naswot) -> dict:
@@ -407,7 +407,7 @@ def pick_one(args, truth, lut, space, lat, naswot, quantile, budget_ms: float,
                                3),
         "argmax_stable": None, "theta_steps": found["theta_steps"],
         "lut_cpu": lut.data["environment"].get("cpu"), "date": time.strftime("%Y-%m-%d"),
-        "cpu": cpu_model(), "jobs": 1,
+        "cpu": cpu_model(), "cpu_id": cpu_identity(), "jobs": 1,
         "found_candidates": [scored_entry(c["ops"], None, None, c["naswot"])
                              for c in found["candidates"]],
     }

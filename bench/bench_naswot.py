@@ -29,7 +29,8 @@ from torch import nn
 
 from fbnas.arch.model import Network
 from fbnas.arch.space import load_space
-from fbnas.latency.timing import cpu_model, set_threads
+from fbnas.latency.timing import set_threads
+from fbnas.machine import cpu_model
 from fbnas.machine import keep_freed_memory
 from fbnas.search.naswot import IMAGES, score_architectures
 

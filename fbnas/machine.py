@@ -1,5 +1,11 @@
-"""What the CPU a run starts on can give it: free cores now, native bfloat16 units, and
-memory that is reused instead of faulted in afresh every step.
+"""What the CPU a run starts on is and can give it: its name and identity, free cores now,
+native bfloat16 units, and memory that is reused instead of faulted in afresh every step.
+
+A CPU's name alone does not identify it: virtual machines often report a family name (every
+AMD EPYC generation shows as "AMD EPYC"), and two of them time the same op differently, since
+kernel libraries pick their code by instruction set (AVX2 or AVX-512, bf16 and VNNI units).
+So a table records the vendor, family, model and those instruction sets too
+(:func:`cpu_identity`), and :func:`cpu_difference` tells two apart by them.
 
 Two things decide whether a run's speed (and a profile's timings) can be trusted and which
 precision pays: how many cores other processes already keep busy (the 1-minute load average
@@ -13,12 +19,22 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import sys
 from functools import lru_cache
 
 import torch
 
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+#: the instruction sets that choose a kernel library's code paths (x86 flags, then ARM's
+#: Features), in the order a reader names them. The device runner (run.py, which runs
+#: without fbnas) holds the same list and reading; a test keeps the two equal.
+ISA_FLAGS = ("avx", "avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16",
+             "amx_tile", "amx_bf16", "amx_int8", "asimd", "asimddp", "sve", "sve2", "i8mm",
+             "bf16")
+#: /proc/cpuinfo fields that, with the instruction sets, identify a CPU model (x86, then ARM)
+_ID_FIELDS = {"vendor_id": "vendor", "cpu family": "family", "model": "model",
+              "stepping": "stepping", "CPU implementer": "implementer", "CPU part": "part"}
 
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
@@ -28,16 +44,67 @@ _TRIM_BYTES = 1 << 30
 
 
 @lru_cache(maxsize=1)
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags from /proc/cpuinfo (empty where there is no such file)."""
+def _first_processor() -> dict[str, str]:
+    """/proc/cpuinfo's fields for its first processor, read once ({} where there is no such
+    file)."""
+    fields: dict[str, str] = {}
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.partition(":")[2].split())
+                if not line.strip():
+                    if fields:  # the first processor's block ends at its blank line
+                        break
+                    continue
+                key, sep, value = line.partition(":")
+                if sep:
+                    fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return frozenset()
+    return fields
+
+
+def cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it (what every table records)."""
+    return _first_processor().get("model name") or platform.processor() or "unknown"
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is no such file)."""
+    cpu = _first_processor()
+    return frozenset((cpu.get("flags") or cpu.get("Features") or "").split())
+
+
+def cpu_identity() -> dict:
+    """What tells this CPU from another of the same name: vendor, family, model and stepping
+    (ARM: implementer and part) and the instruction sets of ``ISA_FLAGS`` it has; {} where
+    /proc/cpuinfo does not say."""
+    cpu = _first_processor()
+    ident: dict = {name: cpu[field] for field, name in _ID_FIELDS.items() if cpu.get(field)}
+    flags = cpu_flags()
+    if flags:
+        ident["isa"] = [f for f in ISA_FLAGS if f in flags]
+    return ident
+
+
+def describe_cpu(ident: dict) -> str:
+    """'family 25 model 17, avx avx2 fma avx512f avx512_bf16': the fields present, then the
+    instruction sets the CPU has."""
+    parts = [f"{k} {ident[k]}" for k in ("family", "model", "implementer", "part") if k in ident]
+    text = " ".join(parts)
+    if "isa" in ident:
+        text += (", " if text else "") + (" ".join(ident["isa"]) or "no listed vector units")
+    return text or "unidentified"
+
+
+def cpu_difference(theirs: dict, mine: dict) -> str | None:
+    """Where two :func:`cpu_identity` records differ in what changes timings (vendor, family,
+    model, instruction sets; not the stepping), as 'theirs; mine' text, else None. Fields one
+    of them lacks are not compared."""
+    keys = [k for k in ("vendor", "family", "model", "implementer", "part", "isa")
+            if k in theirs and k in mine]
+    if all(theirs[k] == mine[k] for k in keys):
+        return None
+    return f"{describe_cpu(theirs)}; this one {describe_cpu(mine)}"
 
 
 def native_bf16() -> bool:

@@ -117,6 +117,14 @@ def _check_records(res: _Results) -> None:
     for field in ("provider_options", "provider_options_requested"):
         if res.get("device").get(field) is not None:
             res.get("device", field, kind=dict)
+    if res.get("device").get("cpu_id") is not None:  # runners since 2026-12-04
+        for key, value in res.get("device", "cpu_id", kind=dict).items():
+            if key == "isa":
+                if not all(isinstance(f, str) for f in res.get("device", "cpu_id", key,
+                                                               kind=list)):
+                    raise res.error("'device.cpu_id.isa' holds a non-text flag (edited?)")
+            else:
+                res.text("device", "cpu_id", key)
     for field in ("available_providers", "session_providers"):
         if res.get("device").get(field) is not None:
             res.get("device", field, kind=list)
@@ -352,6 +360,7 @@ def device_table(space: SearchSpace, path: str | Path, source: str | None = None
             "device": "cpu" if dev["provider"] == PROVIDER else dev["provider"],
             "measured_on": "the device, by the bundle's run.py (no fbnas, no torch there)",
             "device_record": dev,
+            **({"cpu_id": dev["cpu_id"]} if "cpu_id" in dev else {}),
         },
         "protocol": {
             "batch": int(m["batch"]), "dtype": "int8" if int8 else "float32",
@@ -458,7 +467,7 @@ def not_here(lut) -> str | None:
     a bundle's runner; None when it can (an fp32 table measured with the CPU provider on a
     machine of this CPU model, architecture and OS) or when ``lut`` is a table of this
     machine's own profile."""
-    from fbnas.latency.timing import cpu_model
+    from fbnas.machine import cpu_difference, cpu_identity, cpu_model
 
     rec = device_record(lut)
     if rec is None:
@@ -475,6 +484,10 @@ def not_here(lut) -> str | None:
         return (f"this table was measured on another device by its bundle's run.py "
                 f"({theirs[0]}, {theirs[1]}, {theirs[2]}; this machine is {mine[0]}, {mine[1]}, "
                 f"{mine[2]})")
+    diff = cpu_difference(rec["cpu_id"], cpu_identity()) if "cpu_id" in rec else None
+    if diff:
+        return (f"this table was measured on another device of this machine's CPU name by its "
+                f"bundle's run.py ({theirs[0]}: {diff})")
     return None
 
 

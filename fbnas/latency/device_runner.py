@@ -288,6 +288,47 @@ def measure_rounds(calls_of, keys, units, rounds, block_time, warmup, seed, desc
 
 # ----------------------------------------------------------------------------- the device
 
+#: the instruction sets that choose a kernel library's code paths, as fbnas/machine.py lists
+#: them (this file cannot import it; a test keeps the two equal)
+ISA_FLAGS = ("avx", "avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16",
+             "amx_tile", "amx_bf16", "amx_int8", "asimd", "asimddp", "sve", "sve2", "i8mm",
+             "bf16")
+#: /proc/cpuinfo fields that, with the instruction sets, identify a CPU model (x86, then ARM)
+_ID_FIELDS = {"vendor_id": "vendor", "cpu family": "family", "model": "model",
+              "stepping": "stepping", "CPU implementer": "implementer", "CPU part": "part"}
+
+
+def cpu_fields():
+    """/proc/cpuinfo's fields for its first processor ({} where there is no such file), read
+    as fbnas reads them (fbnas/machine.py)."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    if fields:
+                        break
+                    continue
+                key, sep, value = line.partition(":")
+                if sep:
+                    fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return fields
+
+
+def cpu_identity():
+    """What tells a CPU from another of the same name (a virtual machine may name a whole
+    family alike), as fbnas records it for its own tables: vendor, family, model and
+    stepping (ARM: implementer and part) and the instruction sets of ISA_FLAGS it has."""
+    cpu = cpu_fields()
+    ident = {name: cpu[field] for field, name in _ID_FIELDS.items() if cpu.get(field)}
+    flags = set((cpu.get("flags") or cpu.get("Features") or "").split())
+    if flags:
+        ident["isa"] = [f for f in ISA_FLAGS if f in flags]
+    return ident
+
+
 def cpu_model():
     """The CPU's model name: /proc/cpuinfo's 'model name' (as fbnas records it), else what
     the system reports."""
@@ -335,6 +376,7 @@ def device_record(ort, np, session, provider, provider_options, threads):
         usable = len(os.sched_getaffinity(0))
     return {
         "cpu": cpu_model(),
+        "cpu_id": cpu_identity(),
         "logical_cpus": os.cpu_count(),
         "usable_cpus": usable,
         "physical_cores": physical_cores(),

@@ -26,7 +26,8 @@ from fbnas.errors import FbnasError
 from fbnas.io import read_json, refuse_overwrite, write_json
 from fbnas.latency.runtimes import (DEFAULT_BLOCK_TIME, RUNTIMES, UNRECORDED_RUNTIME, Runner,
                                     Runtime, make_runtime)
-from fbnas.latency.timing import cpu_model, environment, measure_rounds, protocol, set_threads
+from fbnas.latency.timing import environment, measure_rounds, protocol, set_threads
+from fbnas.machine import cpu_difference, cpu_identity, cpu_model
 
 SCHEMA = "fbnas.lut/2"
 #: the schema before entries counted multiply-adds; :func:`upgrade` converts it on load
@@ -429,14 +430,29 @@ class LUT:
                         f"--runtime {self.runtime}, or profile a table with --runtime {runtime}")
 
     def other_machine(self) -> str | None:
-        """A warning when the table was measured on another CPU model than this machine's."""
+        """A warning when the table may be from another CPU than this machine's: another
+        model name; the same name with another family, model or instruction sets; or the same
+        name and nothing recorded to tell the two apart (tables before ``cpu_id``), since a
+        virtual machine can name a whole family of CPUs alike (fbnas/machine.py)."""
         env = self.data["environment"]
         theirs, mine = env.get("cpu"), cpu_model()
-        if not theirs or theirs == mine:
+        if not theirs:
             return None
         where = f"lookup table {self.path}" if self.path else "the lookup table"
-        return (f"{where} was measured on {theirs} ({env.get('threads', '?')} thread(s)), this "
-                f"machine is {mine}: its latencies are from another machine")
+        measured = f"{where} was measured on {theirs} ({env.get('threads', '?')} thread(s))"
+        if theirs != mine:
+            return f"{measured}, this machine is {mine}: its latencies are from another machine"
+        here = cpu_identity()
+        if "cpu_id" in env:
+            diff = cpu_difference(env["cpu_id"], here)
+            return None if diff is None else (
+                f"{measured}, a CPU of this machine's name but not this one ({diff}): its "
+                "latencies are from another machine")
+        if not here:
+            return None
+        return (f"{measured}, as this machine's CPU is named, but records no family, model or "
+                "instruction sets to tell the two apart: its latencies may be from another "
+                "machine; profile a table here (fbnas profile) to be sure")
 
     def runtime_text(self) -> str:
         """'onnxruntime 1.32.0 (opset 20, ORT_ENABLE_ALL)' or 'eager (torch 2.14.1)'."""

@@ -35,6 +35,7 @@ import torch
 from torch.utils import benchmark
 
 import fbnas
+from fbnas.machine import cpu_identity, cpu_model
 from fbnas.latency.runtimes import DEFAULT_BLOCK_TIME
 from fbnas.progress import Progress
 
@@ -49,17 +50,6 @@ def set_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def environment(threads: int, device: str = "cpu") -> dict:
     """What a reader needs to reproduce or distrust a measurement."""
     return {
@@ -67,6 +57,7 @@ def environment(threads: int, device: str = "cpu") -> dict:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cpu": cpu_model(),
+        "cpu_id": cpu_identity(),  # the name alone can be a whole family (fbnas/machine.py)
         "machine": platform.machine(),
         "system": platform.system(),
         "logical_cpus": os.cpu_count(),

@@ -3,6 +3,7 @@ import os
 import torch
 
 from fbnas import machine
+from fbnas.latency import device_runner
 
 
 def test_busy_warning_counts_free_cores(monkeypatch):
@@ -55,3 +56,51 @@ def test_kept_memory_is_reused_without_page_faults():
     assert (kept, default) == ("True", "False")  # Linux with glibc, as CI runs
     assert default_faults > 5 * 16_000 * 0.9
     assert faults < 1_000
+
+
+_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 17
+model name\t: AMD EPYC
+stepping\t: 1
+flags\t\t: fpu sse2 avx avx2 fma avx512f avx512_bf16 sha_ni
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC
+"""
+
+
+def test_cpu_identity_reads_the_first_processor_as_the_device_runner_does(monkeypatch,
+                                                                          tmp_path):
+    """A device's table and this machine's are compared by these fields, so the runner
+    (run.py, which cannot import fbnas) must read them exactly as fbnas does."""
+    info = tmp_path / "cpuinfo"
+    info.write_text(_CPUINFO)
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda path, *a, **k: real_open(
+        info if path == "/proc/cpuinfo" else path, *a, **k))
+    machine._first_processor.cache_clear()
+    try:
+        assert machine.cpu_model() == "AMD EPYC"
+        assert machine.cpu_identity() == {"vendor": "AuthenticAMD", "family": "25",
+                                          "model": "17", "stepping": "1",
+                                          "isa": ["avx", "avx2", "fma", "avx512f",
+                                                  "avx512_bf16"]}
+        assert machine.native_bf16()
+        assert device_runner.cpu_identity() == machine.cpu_identity()
+        assert device_runner.ISA_FLAGS == machine.ISA_FLAGS
+    finally:
+        machine._first_processor.cache_clear()
+
+
+def test_cpus_of_one_name_told_apart_by_model_and_instruction_sets():
+    zen4 = {"vendor": "AuthenticAMD", "family": "25", "model": "17", "stepping": "1",
+            "isa": ["avx", "avx2", "fma", "avx512f", "avx512_bf16"]}
+    assert machine.cpu_difference(zen4, dict(zen4, stepping="2")) is None  # same timings
+    assert machine.cpu_difference(zen4, {"vendor": "AuthenticAMD"}) is None  # nothing to compare
+    zen3 = dict(zen4, model="1", isa=["avx", "avx2", "fma"])
+    assert machine.cpu_difference(zen3, zen4) == (
+        "family 25 model 1, avx avx2 fma; this one family 25 model 17, avx avx2 fma avx512f "
+        "avx512_bf16")

@@ -33,6 +33,7 @@ from fbnas.latency.bundle import (ENTRY_CALIBRATION_SAMPLES, NETWORK_CALIBRATION
 from fbnas.latency.fidelity import random_archs
 from fbnas.latency.lut import LUT, contenders, load_lut, table_layout
 from fbnas.latency.timing import Timings, drift_correct
+from fbnas.machine import cpu_identity
 from tests.arch.test_arch import assert_user_error
 
 RUN = ["--rounds", "3", "--extra-time", "0", "--block-time", "0.001"]
@@ -415,6 +416,17 @@ def test_results_make_a_table_every_command_uses(table, results, tiny_lut_data, 
     assert lines[1].startswith("predicted") and f"{pred:.1f} us" in lines[1]
     assert lines[-1].startswith("not measured:") and "ARM Cortex-A76" in lines[-1]
     assert "cannot time" in lines[-1] and not any(ln.startswith("measured") for ln in lines)
+    # a device that names its CPU as this machine does but is another model of it
+    same_name = json.loads(table.read_text())
+    rec = same_name["environment"]["device_record"]
+    assert rec["cpu_id"] == same_name["environment"]["cpu_id"] == cpu_identity()
+    rec["cpu_id"] = dict(rec["cpu_id"], model="another", isa=["avx2"])
+    write_json(tmp_path / "twin.json", same_name)
+    res = cli("latency", arch, "--lut", tmp_path / "twin.json")
+    assert res.exit_code == 0, res.output
+    last = res.stdout.splitlines()[-1]
+    assert last.startswith("not measured:") and "another device of this machine's CPU" in last
+    assert "model another, avx2; this one" in last
     res = cli("latency", arch, "--lut", other_path, "--batch", 4)
     assert_user_error(res, "batch 1", "--batch")
     # calibrate times networks here, so it refuses a table whose networks were timed there
@@ -524,6 +536,22 @@ def test_import_refuses_wrong_hashes(results, tmp_path):
 
     assert_user_error(_import(_edited(results, tmp_path, edit_median), tmp_path),
                       "does not follow from its timed blocks")
+    assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.slow
+def test_import_refuses_an_edited_cpu_identity(results, tmp_path):
+    def isa_number(r):
+        r["device"]["cpu_id"]["isa"] = ["avx2", 512]
+
+    assert_user_error(_import(_edited(results, tmp_path, isa_number), tmp_path),
+                      "device.cpu_id.isa", "non-text flag")
+
+    def model_number(r):
+        r["device"]["cpu_id"]["model"] = 17
+
+    assert_user_error(_import(_edited(results, tmp_path, model_number), tmp_path),
+                      "device.cpu_id.model", "not a string")
     assert not (tmp_path / "t.json").exists()
 
 

@@ -95,3 +95,18 @@ def test_a_table_from_another_cpu_warns_once(lut):
     said.clear()
     warn_other_machine(lut, said.append)  # profiled here
     assert said == []
+
+
+def test_a_table_from_another_cpu_of_the_same_name_warns(lut):
+    """A virtual machine can name a whole family alike ("AMD EPYC"): the identity decides."""
+    said = []
+    data = copy.deepcopy(lut.data)
+    mine = data["environment"]["cpu_id"]
+    data["environment"]["cpu_id"] = dict(mine, model="not " + mine.get("model", "this"))
+    warn_other_machine(LUT(data), said.append)
+    assert len(said) == 1 and "a CPU of this machine's name but not this one" in said[0]
+    assert "its latencies are from another machine" in said[0]
+    said.clear()
+    data["environment"].pop("cpu_id")  # a table from before identities were recorded
+    warn_other_machine(LUT(data), said.append)
+    assert len(said) == 1 and "records no family, model or instruction sets" in said[0]

@@ -9,7 +9,7 @@ import pytest
 from fbnas.arch.definition import build_model
 from fbnas.arch.space import load_space
 from fbnas.errors import FbnasError
-from fbnas.latency.timing import cpu_model
+from fbnas.machine import cpu_model
 from fbnas.search.groundtruth import (Truth, all_keys, judge, key_of, latency_quantile,
                                       load_truth, ops_of, pareto_front)
 from tests.conftest import REPO
