@@ -92,7 +92,8 @@ def describe_cpu(ident: dict) -> str:
     parts = [f"{k} {ident[k]}" for k in ("family", "model", "implementer", "part") if k in ident]
     text = " ".join(parts)
     if "isa" in ident:
-        text += (", " if text else "") + (" ".join(ident["isa"]) or "no listed vector units")
+        isa = ident["isa"] if isinstance(ident["isa"], list) else [ident["isa"]]
+        text += (", " if text else "") + (" ".join(map(str, isa)) or "no listed vector units")
     return text or "unidentified"
 
 

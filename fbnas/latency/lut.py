@@ -443,7 +443,7 @@ class LUT:
         if theirs != mine:
             return f"{measured}, this machine is {mine}: its latencies are from another machine"
         here = cpu_identity()
-        if "cpu_id" in env:
+        if isinstance(env.get("cpu_id"), dict):  # what another form would mean is unknown
             diff = cpu_difference(env["cpu_id"], here)
             return None if diff is None else (
                 f"{measured}, a CPU of this machine's name but not this one ({diff}): its "
