@@ -27,7 +27,7 @@ from fbnas.io import read_json, refuse_overwrite, write_json
 from fbnas.latency.runtimes import (DEFAULT_BLOCK_TIME, RUNTIMES, UNRECORDED_RUNTIME, Runner,
                                     Runtime, make_runtime)
 from fbnas.latency.timing import environment, measure_rounds, protocol, set_threads
-from fbnas.machine import cpu_difference, cpu_identity, cpu_model
+from fbnas.machine import cpu_difference, cpu_identity, cpu_model, describe_cpu
 
 SCHEMA = "fbnas.lut/2"
 #: the schema before entries counted multiply-adds; :func:`upgrade` converts it on load
@@ -533,11 +533,13 @@ class LUT:
         entries = d["entries"]
         meds = [e["median"] for e in entries.values()]
         rel = sorted(e["iqr"] / e["median"] for e in entries.values())
+        recorded = env.get("cpu_id")  # the name alone can be a whole family (fbnas/machine.py)
+        identity = f"{describe_cpu(recorded)}; " if isinstance(recorded, dict) else ""
         lines = [
             f"lookup table for space {d['space']['name']} (hash {self.space_hash}), "
             f"{len(d['layers'])} layers, {len(entries)} distinct entries",
-            f"measured {d.get('created', '?')} on {env.get('cpu', '?')} "
-            f"({env.get('machine', '?')}), {env['threads']} thread(s), {self.runtime_text()}, "
+            f"measured {d.get('created', '?')} on {env.get('cpu', '?')} ({identity}"
+            f"{env.get('machine', '?')}), {env['threads']} thread(s), {self.runtime_text()}, "
             f"batch {prot['batch']}, {prot.get('dtype', '?')}",
             f"entry medians {min(meds):.1f} .. {max(meds):.1f} us; median IQR/median "
             f"{100 * rel[len(rel) // 2]:.1f}%",

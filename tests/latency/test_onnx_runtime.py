@@ -21,6 +21,7 @@ from fbnas.errors import FbnasError
 from fbnas.io import read_json, write_json
 from fbnas.latency.lut import LUT, load_lut, save_lut
 from fbnas.latency.runtimes import Eager, make_runtime, session
+from fbnas.machine import cpu_identity, cpu_model, describe_cpu
 from tests.arch.test_arch import HARD, assert_user_error, make_run, trained_like
 
 
@@ -69,7 +70,10 @@ def test_runtime_table_round_trip(ort_table, tmp_path):
     save_lut(lut.data, copy)
     again = load_lut(copy, load_space("tiny"))
     assert again.runtime == "onnxruntime" and again.data == lut.data
-    assert "onnxruntime" in cli("show-lut", copy).stdout
+    shown = cli("show-lut", copy).stdout
+    assert "onnxruntime" in shown
+    # the CPU as recorded: its name, then what tells it from others of that name
+    assert f"on {cpu_model()} ({describe_cpu(cpu_identity())}; " in shown
 
 
 @pytest.mark.slow
