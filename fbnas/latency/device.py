@@ -118,13 +118,11 @@ def _check_records(res: _Results) -> None:
         if res.get("device").get(field) is not None:
             res.get("device", field, kind=dict)
     if res.get("device").get("cpu_id") is not None:  # runners since 2026-12-04
-        for key, value in res.get("device", "cpu_id", kind=dict).items():
-            if key == "isa":
-                if not all(isinstance(f, str) for f in res.get("device", "cpu_id", key,
-                                                               kind=list)):
-                    raise res.error("'device.cpu_id.isa' holds a non-text flag (edited?)")
-            else:
+        for key in res.get("device", "cpu_id", kind=dict):
+            if key != "isa":
                 res.text("device", "cpu_id", key)
+            elif not all(isinstance(f, str) for f in res.get("device", "cpu_id", "isa", kind=list)):
+                raise res.error("'device.cpu_id.isa' holds a non-text flag (edited?)")
     for field in ("available_providers", "session_providers"):
         if res.get("device").get(field) is not None:
             res.get("device", field, kind=list)

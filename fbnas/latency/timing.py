@@ -35,8 +35,8 @@ import torch
 from torch.utils import benchmark
 
 import fbnas
-from fbnas.machine import cpu_identity, cpu_model
 from fbnas.latency.runtimes import DEFAULT_BLOCK_TIME
+from fbnas.machine import cpu_identity, cpu_model
 from fbnas.progress import Progress
 
 #: neighbouring blocks on each side whose slowdown estimates the machine's local speed
