@@ -2,11 +2,12 @@
 
 For every distinct ungrouped 1x1 stride-1 conv of a network (input channels, output channels,
 map size, and how many layers share them), the forward and backward of one layer at the
-network's batch, channels_last, as a oneDNN conv and as fbnas/arch/pointwise.py's matrix
-products; then the head's global pooling and ReLU, forward and backward, pooled by
+network's batch, channels_last, as a oneDNN conv, as fbnas/arch/pointwise.py's matrix
+products, and as its bf16 products (``run.precision: bf16_products``; casts included); then the head's global pooling and ReLU, forward and backward, pooled by
 ``AdaptiveAvgPool2d`` (its gradient NCHW) and by the sum and division ``Head`` trains with.
 Medians of interleaved rounds, ms, summed by map size. Whether the products are used (maps of
-at most ``pointwise.MAX_PIXELS`` pixels) is printed beside each shape.
+at most ``pointwise.MAX_PIXELS`` pixels; every map for bf16) is printed beside each shape. The
+bf16 column is left out where the CPU has no native bf16 units (it would time emulation).
 
     python bench/bench_pointwise.py --threads 1
 """
@@ -27,7 +28,7 @@ from torch import nn
 from fbnas.arch import pointwise
 from fbnas.arch.model import Network
 from fbnas.arch.space import load_space
-from fbnas.machine import keep_freed_memory
+from fbnas.machine import keep_freed_memory, native_bf16
 from fbnas.latency.timing import set_threads
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -77,8 +78,9 @@ def main() -> None:
     cl = torch.channels_last
     print(f"1x1 convs of the 1.8 ms fbnet_cifar network, batch {args.batch}, "
           f"{args.threads} thread(s), forward + backward of one layer times the layers, ms")
-    print(f"{'c_in -> c_out':>14} {'map':>6} {'layers':>6} {'conv':>8} {'products':>9} "
-          f"{'ratio':>6}  used")
+    kinds = ["conv", "products"] + (["bf16"] if native_bf16() else [])
+    print(f"{'c_in -> c_out':>14} {'map':>6} {'layers':>6} "
+          + " ".join(f"{k:>9}" for k in kinds) + "  ratios to conv  used")
     sums: dict = collections.defaultdict(float)
     for (ci, co, h, w), n in sorted(pointwise_shapes(net, args.batch).items(),
                                     key=lambda kv: (-kv[0][2], kv[0][:2])):
@@ -86,16 +88,21 @@ def main() -> None:
         wt = torch.randn(co, ci, 1, 1, requires_grad=True)
         g = torch.randn(args.batch, co, h, w).contiguous(memory_format=cl)
         fns = {"conv": lambda: F.conv2d(x, wt).backward(g),
-               "products": lambda: pointwise._Products.apply(x, wt.flatten(1), None).backward(g)}
-        ms = median_ms(fns, args.rounds)
-        sums[h * w, "conv"] += ms["conv"] * n
-        sums[h * w, "products"] += ms["products"] * n
-        print(f"{ci:>6} -> {co:<5} {h:>3}x{w:<2} {n:>6} {ms['conv'] * n:>8.2f} "
-              f"{ms['products'] * n:>9.2f} {ms['conv'] / ms['products']:>5.2f}x  "
-              f"{'yes' if h * w <= pointwise.MAX_PIXELS else 'no'}")
+               "products": lambda: pointwise._Products.apply(x, wt.flatten(1), None).backward(g),
+               "bf16": lambda: pointwise._Bf16Products.apply(x, wt.flatten(1),
+                                                             None).backward(g)}
+        ms = median_ms({k: fns[k] for k in kinds}, args.rounds)
+        for k in kinds:
+            sums[h * w, k] += ms[k] * n
+        used = "yes" if h * w <= pointwise.MAX_PIXELS else "no"
+        if "bf16" in kinds:
+            used += f", bf16 {'yes' if h * w <= pointwise.BF16_MAX_PIXELS else 'no'}"
+        print(f"{ci:>6} -> {co:<5} {h:>3}x{w:<2} {n:>6} "
+              + " ".join(f"{ms[k] * n:>9.2f}" for k in kinds) + "  "
+              + " ".join(f"{ms['conv'] / ms[k]:.2f}x" for k in kinds[1:]) + f"  {used}")
     for px in sorted({k[0] for k in sums}):
-        print(f"maps of {px:>4} pixels: conv {sums[px, 'conv']:.1f} ms, products "
-              f"{sums[px, 'products']:.1f} ms")
+        print(f"maps of {px:>4} pixels: "
+              + ", ".join(f"{k} {sums[px, k]:.1f} ms" for k in kinds))
 
     head = net.head.conv[0].out_channels
     side = 4

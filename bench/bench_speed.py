@@ -17,8 +17,9 @@ apart.
 Paths, named by their parts: the memory format (``nchw``, the default one: how retrains ran
 before ``retrain.memory_format``; ``channels_last``, today's), then ``folded`` (expansion BNs
 folded into their 1x1 convs where :func:`fbnas.arch.folded_bn.fold_pays` says:
-``retrain.fold_bn: true``), ``bf16`` (``run.precision: bf16``; only where the CPU has native
-bfloat16, or with --bf16) and ``kept`` (freed memory kept in the heap:
+``retrain.fold_bn: true``), ``bf16`` (``run.precision: bf16``, autocast) and ``bf16products``
+(``run.precision: bf16_products``: 1x1 convs as bfloat16 products), both only where the CPU
+has native bfloat16, or with --bf16, and ``kept`` (freed memory kept in the heap:
 ``run.keep_freed_memory``, :func:`fbnas.machine.keep_freed_memory`). ``nchw`` and
 ``channels_last`` run on glibc's default allocator, as retrains did before
 ``run.keep_freed_memory``; ``channels_last-kept`` is today's default, ``nchw-kept`` shows what
@@ -28,7 +29,8 @@ as matrix products), ``channels_last-smalldw-kept`` and ``nchw-smalldw-kept`` ta
 depthwise conv's forward-form weight gradient only where the kernel is wider than the input
 (``smalldw``: as before 2026-11-29, when 5x5 kernels at stride 1 joined them), and the
 options are timed on top of today's default:
-``channels_last-folded-kept``, ``nchw-bf16-kept``, ``channels_last-bf16-kept``, and with
+``channels_last-folded-kept``, ``nchw-bf16-kept``, ``channels_last-bf16-kept``,
+``channels_last-bf16products-kept``, and with
 --compile ``compiled-kept`` (channels_last, fp32, torch.compile; its compile time is printed
 apart). The floor is the same network's forward time in ONNX Runtime at the same batch and
 threads, times 3: a training step's forward, backward and update cost about three forwards.
@@ -75,7 +77,7 @@ from bench_depthwise import small_input_only  # noqa: E402
 
 PATHS = ("nchw", "nchw-kept", "nchw-smalldw-kept", "channels_last", "channels_last-conv-kept",
          "channels_last-smalldw-kept", "channels_last-kept", "channels_last-folded-kept",
-         "nchw-bf16-kept", "channels_last-bf16-kept")
+         "nchw-bf16-kept", "channels_last-bf16-kept", "channels_last-bf16products-kept")
 
 
 #: the 1.8 ms network every row of found-1.8ms since 2026-11-28 times: the found network of
@@ -125,6 +127,7 @@ class Step:
         parts = path.split("-")
         self.cl = parts[0] in ("channels_last", "compiled")
         self.bf16 = "bf16" in parts
+        self.bf16_products = "bf16products" in parts
         if self.cl:
             self.net.to(memory_format=torch.channels_last)
         route_depthwise(self.net)  # as fbnas.runs.retrain builds its network
@@ -144,7 +147,8 @@ class Step:
 
     def __call__(self) -> None:
         self.opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+        with (torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16),
+              pointwise.bf16_products(self.bf16_products)):
             logits = self.model(self.x)
         F.cross_entropy(logits.float(), self.y, label_smoothing=0.1).backward()
         torch.nn.utils.clip_grad_norm_(self.net.parameters(), 2.0)
@@ -213,7 +217,8 @@ def interleaved(steps: dict, rounds: int, per_round: int, warmup: int) -> dict[s
 def retrain_rows(args) -> list[dict]:
     rows = []
     for name, (defn, batch, ops) in networks(args).items():
-        paths = [p for p in PATHS if native_bf16() or args.bf16 or "bf16" not in p.split("-")]
+        paths = [p for p in PATHS if native_bf16() or args.bf16
+                 or not any(part.startswith("bf16") for part in p.split("-"))]
         paths += ["compiled-kept"] if args.compile else []
         steps = {p: Worker(defn, batch, p, args.threads) for p in paths}
         if args.compile:

@@ -246,10 +246,12 @@ class RunConfig:
     threads: Optional[int] = None  # torch intra-op threads per process (None = torch default)
     log_every: int = 20  # steps between TensorBoard scalar points
     progress: bool = True  # progress bars on a terminal
-    # bf16: training steps' forward under bfloat16 autocast (evaluation stays fp32); slower
-    # without native bf16 (AVX512_BF16 or AMX), and measured slower even with AMX on the
-    # bundled spaces' networks, see docs/retrain.md, Speed
-    precision: str = _choices("fp32", "bf16", default="fp32")
+    # bf16_products: on a CPU, training steps' 1x1 convs as matrix products of bfloat16
+    # operands, everything else fp32 (fbnas/arch/pointwise.py); 1.2x faster retrain steps
+    # where the CPU has bf16 units, slower where it has none. bf16: training steps' forward
+    # under bfloat16 autocast (evaluation stays fp32), for GPUs; measured slower than fp32 on
+    # the CPUs tried, even with bf16 units. See docs/retrain.md, Speed
+    precision: str = _choices("fp32", "bf16_products", "bf16", default="fp32")
     # keep freed memory in the process heap for the next step instead of returning it to the
     # kernel (glibc on Linux): steps stop paying page faults for their large tensors, the
     # process keeps its peak memory; results are unchanged (fbnas.machine.keep_freed_memory)

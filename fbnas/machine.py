@@ -156,8 +156,13 @@ def busy_warning(threads: int | None, what: str) -> str | None:
 
 
 def precision_warning(precision: str, device: torch.device) -> str | None:
-    """One line when ``run.precision: bf16`` runs on a CPU that only emulates bfloat16."""
-    if precision == "bf16" and device.type == "cpu" and not native_bf16():
-        return ("run.precision is bf16 but this CPU has no native bfloat16 units (avx512_bf16 "
-                "or amx_bf16): steps run slower than in fp32; set run.precision: fp32")
+    """One line when ``run.precision`` asks for bfloat16 on a CPU that only emulates it, or
+    for ``bf16_products`` (a CPU route) on another device."""
+    if precision == "bf16_products" and device.type != "cpu":
+        return (f"run.precision bf16_products changes only CPU steps, not {device.type} ones: "
+                f"set run.precision: bf16 for bfloat16 autocast on {device.type}")
+    if precision != "fp32" and device.type == "cpu" and not native_bf16():
+        return (f"run.precision is {precision} but this CPU has no native bfloat16 units "
+                "(avx512_bf16 or amx_bf16): steps run slower than in fp32; set "
+                "run.precision: fp32")
     return None

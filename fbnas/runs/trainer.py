@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fbnas.arch.pointwise import bf16_products
 from fbnas.config import Config, dump
 from fbnas.data.batches import BatchLoader
 from fbnas.data.dataset import Dataset
@@ -243,9 +244,12 @@ class Trainer:
 
     def precision(self):
         """The context a training step's forward runs in: bfloat16 autocast under
-        ``run.precision: bf16`` (losses and softmaxes stay fp32, as autocast keeps them)."""
+        ``run.precision: bf16`` (losses and softmaxes stay fp32, as autocast keeps them),
+        bfloat16 1x1 conv products under ``bf16_products`` on a CPU."""
         if self.cfg.run.precision == "bf16":
             return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        if self.cfg.run.precision == "bf16_products" and self.device.type == "cpu":
+            return bf16_products()
         return nullcontext()
 
     def _load_data(self) -> None:

@@ -20,6 +20,10 @@ def _inputs(c_in=6, c_out=5, size=4, batch=3, dtype=torch.float32, bias=True):
     return x, w, b
 
 
+def _relative_error(a, ref):
+    return float((a - ref).norm() / ref.norm())
+
+
 def _grads(fn, x, w, b, grad_out):
     out = fn(x, w, b)
     params = [x, w] + ([b] if b is not None else [])
@@ -80,3 +84,34 @@ def test_products_output_takes_an_in_place_relu():
     out.sum().backward()
     ref = F.relu(F.conv2d(x.detach().requires_grad_(), w.detach(), b.detach()))
     torch.testing.assert_close(out, ref)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_bf16_products_agree_with_the_conv_to_bf16_rounding_in_fp32(bias):
+    """Under bf16_products a 1x1 conv on any map trains as bfloat16 products; what goes in
+    and comes out (outputs, every gradient) stays fp32 and channels_last."""
+    x, w, b = _inputs(c_in=24, c_out=40, size=16, bias=bias)  # 256 pixels: fp32 keeps the conv
+    with pointwise.bf16_products():
+        out = pointwise_conv(x, w, b)
+    assert type(out.grad_fn).__name__ == "_Bf16ProductsBackward"
+    assert out.dtype == torch.float32 and out.is_contiguous(memory_format=torch.channels_last)
+    grad_out = torch.randn_like(out)
+    got_grads = torch.autograd.grad(out, [x, w] + ([b] if bias else []), grad_out)
+    ref, ref_grads = _grads(F.conv2d, x, w, b, grad_out)
+    # bf16 keeps 8 bits of mantissa: an error of about 2^-9 of each operand, relative
+    assert 0 < _relative_error(out, ref) < 1e-2  # nonzero: the bf16 operands were used
+    for a, r in zip(got_grads, ref_grads):
+        assert a.dtype == torch.float32
+        assert _relative_error(a, r) < 1e-2
+    assert got_grads[0].is_contiguous(memory_format=torch.channels_last)
+
+
+def test_bf16_products_end_with_their_context_and_leave_fp64_alone():
+    x, w, b = _inputs()
+    with pointwise.bf16_products():
+        with pointwise.bf16_products(False):
+            assert type(pointwise_conv(x, w, b).grad_fn).__name__ == "_ProductsBackward"
+        assert type(pointwise_conv(x, w, b).grad_fn).__name__ == "_Bf16ProductsBackward"
+        x64, w64, b64 = _inputs(dtype=torch.float64)
+        assert type(pointwise_conv(x64, w64, b64).grad_fn).__name__ == "_ProductsBackward"
+    assert type(pointwise_conv(x, w, b).grad_fn).__name__ == "_ProductsBackward"

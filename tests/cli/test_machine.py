@@ -21,8 +21,12 @@ def test_bf16_warning_only_where_the_cpu_emulates_it(monkeypatch):
     monkeypatch.setattr(machine, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
     assert "set run.precision: fp32" in machine.precision_warning("bf16", cpu)
     assert machine.precision_warning("fp32", cpu) is None
+    assert "set run.precision: fp32" in machine.precision_warning("bf16_products", cpu)
     monkeypatch.setattr(machine, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
     assert machine.precision_warning("bf16", cpu) is None
+    assert machine.precision_warning("bf16_products", cpu) is None
+    line = machine.precision_warning("bf16_products", torch.device("cuda"))
+    assert "changes only CPU steps" in line and "run.precision: bf16" in line
 
 
 _FAULTS = """

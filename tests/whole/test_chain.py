@@ -199,10 +199,12 @@ def test_kept_memory_changes_no_result(tmp_path):
     assert all(torch.equal(kept[k], released[k]) for k in kept)
 
 
-def test_retrain_in_bf16_trains_like_fp32(tmp_path):
-    """run.precision: bf16 autocasts the training forward: other rounding, the same course
-    (mean training CE of the epoch within 0.05 of fp32's), fp32 weights saved."""
-    bf16 = _retrain_tiny(tmp_path, "bf16", "run.precision=bf16")
+@pytest.mark.parametrize("precision", ["bf16", "bf16_products"])
+def test_retrain_in_bf16_trains_like_fp32(tmp_path, precision):
+    """run.precision: bf16 autocasts the training forward, bf16_products runs the 1x1 convs
+    as bfloat16 products: other rounding, the same course (mean training CE of the epoch
+    within 0.05 of fp32's), fp32 weights saved."""
+    bf16 = _retrain_tiny(tmp_path, precision, f"run.precision={precision}")
     fp32 = _retrain_tiny(tmp_path, "fp32")
     assert all(v.dtype == torch.float32 for v in bf16["model"].values() if v.is_floating_point())
     a, b = bf16["history"][-1]["weights_ce"], fp32["history"][-1]["weights_ce"]
