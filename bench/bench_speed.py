@@ -233,9 +233,9 @@ def retrain_rows(args) -> list[dict]:
         floor = 3 * ort["median"] / 1e6
         base = sec["nchw"]
         print(f"\n{name}, batch {batch}, {args.threads} thread(s): training step")
-        print(f"{'path':<26}{'ms/step':>10}{'images/s':>10}{'vs nchw':>9}{'vs floor':>10}")
+        print(f"{'path':<34}{'ms/step':>10}{'images/s':>10}{'vs nchw':>9}{'vs floor':>10}")
         for p, s in [*sec.items(), ("ort forward x 3", floor)]:
-            print(f"{p:<26}{s * 1e3:>10.1f}{batch / s:>10.1f}{base / s:>8.2f}x{s / floor:>9.2f}x")
+            print(f"{p:<34}{s * 1e3:>10.1f}{batch / s:>10.1f}{base / s:>8.2f}x{s / floor:>9.2f}x")
             rows.append({"what": "retrain step", "network": name, "batch": batch, "path": p,
                          "ms": round(s * 1e3, 2), "images_per_s": round(batch / s, 1),
                          "vs_nchw": round(base / s, 3), "vs_floor": round(s / floor, 3),

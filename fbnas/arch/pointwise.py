@@ -164,7 +164,7 @@ class _Bf16Products(torch.autograd.Function):
 
 class SmallMapPointwiseConv(nn.Conv2d):
     """An ``nn.Conv2d`` with a 1x1 kernel at stride 1 that trains as matrix products on
-    small maps (see the module docstring)."""
+    small maps, and on every map under :func:`bf16_products` (see the module docstring)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return pointwise_conv(x, self.weight, self.bias, self.groups)
