@@ -3,8 +3,9 @@
 For every distinct ungrouped 1x1 stride-1 conv of a network (input channels, output channels,
 map size, and how many layers share them), the forward and backward of one layer at the
 network's batch, channels_last, as a oneDNN conv, as fbnas/arch/pointwise.py's matrix
-products, and as its bf16 products (``run.precision: bf16_products``; casts included); then the head's global pooling and ReLU, forward and backward, pooled by
-``AdaptiveAvgPool2d`` (its gradient NCHW) and by the sum and division ``Head`` trains with.
+products, and as its bf16 products (``run.precision: bf16_products``; casts included); then
+the head's global pooling and ReLU, forward and backward, pooled by ``AdaptiveAvgPool2d``
+(its gradient NCHW) and by the sum and division ``Head`` trains with.
 Medians of interleaved rounds, ms, summed by map size. Whether the products are used (maps of
 at most ``pointwise.MAX_PIXELS`` pixels; every map for bf16) is printed beside each shape. The
 bf16 column is left out where the CPU has no native bf16 units (it would time emulation).
