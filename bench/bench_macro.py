@@ -25,8 +25,9 @@ check, so its row's control is the pick itself. Minutes, not hours: nothing is t
 
 report (macro_report.py): the table of --results, a summary per recipe, what rules that
 need no search (most MACs within the budget, slowest within it; with --naswot-window the best
-NASWOT score among the networks that spend 90 to 100% of it) score at its budgets, and one
-picture:
+NASWOT score among the networks that spend 90 to 100% of it) score at its budgets, how many
+networks within each budget are more accurate than its control (the headroom a search has
+to beat it), and one picture:
 every network of the space as a grey point (true accuracy against predicted latency), the
 Pareto front, the budgets, found networks and controls. The same seed searches differently
 on another CPU model, so --cpu keeps the rows of one; --recipe keeps one recipe's rows;
@@ -67,7 +68,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_budget import theta_steps_taken  # noqa: E402
 from bench_common import log_to, per_epoch  # noqa: E402
 from macro_paired import report_paired  # noqa: E402
-from macro_report import draw, print_table, simple_rules, summary, tau  # noqa: E402
+from macro_report import draw, headroom, print_table, simple_rules, summary, tau  # noqa: E402
 
 TRUTH = "../shared/data/nas-bench-macro"
 
@@ -483,6 +484,7 @@ def report(args) -> None:
     print_table(rows)
     summary(rows, truth)
     simple_rules(rows, truth, lut, lat, naswot if args.naswot_window else None)
+    headroom(rows, truth, lat)
     if args.png:
         draw(rows, truth, lat, Path(args.png))
 

@@ -135,6 +135,34 @@ def simple_rules(rows: list[dict], truth, lut, lat: dict[str, float],
               f"predicted latency {tau([lat[k] for k in keys], true):.3f}")
 
 
+#: the median over the benchmark file of each network's standard deviation over its 3 runs
+SEED_STD = 0.14
+
+
+def headroom(rows: list[dict], truth, lat: dict[str, float]) -> None:
+    """How far above its control a search could go, budget by budget: how many networks
+    within the budget are more accurate than the control's network, and how many by more
+    than the benchmark's own seed spread (SEED_STD). Where none is, no search can beat the
+    control; where the few that are differ from it by less than the benchmark's noise, a
+    search that beats it every time would have to tell apart networks that the benchmark's
+    own three runs do not."""
+    print(f"| budget ms | control (top-1 %) | networks within the budget | more accurate than "
+          f"the control | by more than {SEED_STD} points | searches beating / tying / losing "
+          "to it |")
+    print("|---|---|---|---|---|---|")
+    for b in sorted({r["budget_ms"] for r in rows}):
+        inside = [k for k in lat if lat[k] <= b * 1000]
+        mine = [r for r in rows if r["budget_ms"] == b]
+        for control in dict.fromkeys(r["control"] for r in mine):
+            acc = truth[control]
+            above = [truth[k] - acc for k in inside if truth[k] > acc]
+            theirs = [r["accuracy"] - r["control_accuracy"] for r in mine
+                      if r["control"] == control]
+            print(f"| {b:g} | {control} ({acc:.2f}) | {len(inside)} | {len(above)} | "
+                  f"{sum(d > SEED_STD for d in above)} | {sum(d > 0 for d in theirs)} / "
+                  f"{sum(d == 0 for d in theirs)} / {sum(d < 0 for d in theirs)} |")
+
+
 def tau(values, true) -> float:
     """Kendall tau; NaN where it is undefined (fewer than two networks, or a constant
     figure), as scipy returns then, without its warning."""

@@ -119,6 +119,26 @@ def test_percentile_oracle_and_near_budget_mean():
     assert len(all_keys(2)) == 9
 
 
+def test_report_counts_the_networks_a_search_could_beat_its_control_with(capsys):
+    """report's headroom table: within each budget, the networks more accurate than the
+    control's, those by more than the benchmark's seed spread, and how the searches did."""
+    truth, lat = tiny_truth()
+    truth.accuracy["12"] = 90.1  # 0.1 above 21, inside the seed spread
+    rows = [{"budget_ms": 0.005, "control": "21", "accuracy": a, "control_accuracy": 90.0}
+            for a in (90.1, 90.0, 88.0)]
+    rows.append({"budget_ms": 0.004, "control": "20", "accuracy": 86.0,
+                 "control_accuracy": 86.0})
+    bench()  # bench/ on the path, as the bench's own imports need it
+    from macro_report import headroom
+
+    headroom(rows, truth, lat)
+    lines = capsys.readouterr().out.splitlines()
+    # within 4: 20 is the best of six, so nothing can beat it
+    assert lines[2] == "| 0.004 | 20 (86.00) | 6 | 0 | 0 | 0 / 1 / 0 |"
+    # within 5: 00 01 02 10 11 12 20 21; only 12 is above 21, by 0.1
+    assert lines[3] == "| 0.005 | 21 (90.00) | 8 | 1 | 0 | 1 / 1 / 1 |"
+
+
 class MacsTable:
     """A table stand-in: a network's MACs, 10 million per digit sum of its key."""
 
