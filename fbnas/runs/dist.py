@@ -6,6 +6,7 @@ only at points every rank passes: the same plan items, epoch ends, the run's sta
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass
@@ -86,6 +87,32 @@ def sync_buffers(module: nn.Module, info: DistInfo) -> None:
             for b in group:
                 b.copy_(flat[offset:offset + b.numel()].view_as(b))
                 offset += b.numel()
+
+
+def align_grad_strides(module: nn.Module) -> int:
+    """Have each gradient of ``module``'s parameters arrive with its parameter's strides
+    where the two differ only in dimensions of size 1; return how many parameters can.
+
+    Why: in channels_last a 1x1 conv weight (O, I, 1, 1) has strides (I, 1, I, I), but
+    gradients computed through a flattened view of it (the 1x1 convs that train as matrix
+    products, BN folded into a conv) come back as (I, 1, 1, 1): the same memory in the same
+    order. DistributedDataParallel compares strides exactly, copies every such gradient
+    into its bucket, and prints a torch warning of five lines at each process's first step.
+    Restriding the gradient is free (a view of the same storage) and changes no value."""
+    count = 0
+    for p in module.parameters():
+        if p.requires_grad and any(s == 1 for s in p.shape):
+            p.register_hook(functools.partial(_like_parameter, p.shape, p.stride()))
+            count += 1
+    return count
+
+
+def _like_parameter(shape: torch.Size, strides: tuple[int, ...],
+                    grad: torch.Tensor) -> torch.Tensor:
+    if grad.stride() == strides or grad.shape != shape or any(
+            n != 1 and a != b for n, a, b in zip(shape, grad.stride(), strides)):
+        return grad  # already alike, or laid out otherwise: left to DDP
+    return grad.as_strided(shape, strides, grad.storage_offset())
 
 
 def run_on_main(fn: Callable[[], T], info: DistInfo, device: torch.device) -> T | None:

@@ -32,7 +32,8 @@ from fbnas.io import atomic_write
 from fbnas.machine import busy_warning, precision_warning
 from fbnas.progress import Progress
 from fbnas.runs.checkpoint import CHECKPOINT_FORMAT, check_resumable, save_checkpoint
-from fbnas.runs.dist import DistInfo, all_reduce_sum, barrier, ranks_agree, sync_buffers
+from fbnas.runs.dist import (DistInfo, align_grad_strides, all_reduce_sum, barrier, ranks_agree,
+                             sync_buffers)
 from fbnas.runs.health import epoch_warnings
 from fbnas.runs.loaders import load_run_data, skipped_files, train_batches
 from fbnas.runs.rundir import RunPaths, append_metrics, write_metrics
@@ -209,6 +210,7 @@ class Trainer:
         if info.enabled:
             from torch.nn.parallel import DistributedDataParallel as DDP
 
+            align_grad_strides(self.net)
             # every trained parameter, of every phase, belongs to the wrapped module, so all
             # their gradients are averaged; BN buffers are averaged at epoch ends instead of
             # broadcast from rank 0 at every forward

@@ -15,6 +15,9 @@ def fbnas(*args, timeout=300):
     r = subprocess.run([sys.executable, "-m", "fbnas", *map(str, args)], cwd=REPO,
                        capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    # no torch warnings for the user to read (DDP's about gradient strides once printed
+    # five lines a process)
+    assert "UserWarning" not in r.stderr, r.stderr[-3000:]
     return r.stdout
 
 
