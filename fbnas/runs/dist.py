@@ -91,7 +91,7 @@ def sync_buffers(module: nn.Module, info: DistInfo) -> None:
 
 def align_grad_strides(module: nn.Module) -> int:
     """Have each gradient of ``module``'s parameters arrive with its parameter's strides
-    where the two differ only in dimensions of size 1; return how many parameters can.
+    where the two differ only in dimensions of size 1; return how many parameters it hooked.
 
     Why: in channels_last a 1x1 conv weight (O, I, 1, 1) has strides (I, 1, I, I), but
     gradients computed through a flattened view of it (the 1x1 convs that train as matrix
