@@ -16,9 +16,7 @@ NCHW and channels_last: the passes a fused kernel would save.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -29,18 +27,15 @@ from fbnas.latency.timing import set_threads
 from fbnas.machine import cpu_model, keep_freed_memory
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_depthwise import median_ms  # noqa: E402
 from bench_speed import Step, networks  # noqa: E402
 
 
-def median_ms(fn, repeats: int) -> float:
+def warm_ms(fn, repeats: int) -> float:
+    """:func:`median_ms` after two warm-up calls (the first ones allocate and pick kernels)."""
     fn()
     fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+    return median_ms(fn, repeats)
 
 
 def part_times(step: Step, ops: list[str] | None, repeats: int) -> list[tuple[str, tuple, float]]:
@@ -63,7 +58,7 @@ def part_times(step: Step, ops: list[str] | None, repeats: int) -> list[tuple[st
                 y = module(x)
             (F.cross_entropy(y, step.y) if name == "head" else y.sum()).backward()
 
-        out.append((name, tuple(x.shape), median_ms(run, repeats)))
+        out.append((name, tuple(x.shape), warm_ms(run, repeats)))
     return out
 
 
@@ -82,8 +77,7 @@ def bn_relu_times(channels: int, side: int, repeats: int) -> dict[str, float]:
     out = {}
     for kind, fn in (("eager", f), ("compiled", torch.compile(f, dynamic=False))):
         for tag, x, grad in cases:
-            out[f"{tag} {kind}"] = median_ms(lambda: torch.autograd.grad(fn(x), x, grad),
-                                             repeats)
+            out[f"{tag} {kind}"] = warm_ms(lambda: torch.autograd.grad(fn(x), x, grad), repeats)
     return out
 
 
