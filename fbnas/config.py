@@ -30,6 +30,31 @@ from fbnas.resources import bundled, names_a_file
 DEFAULT_DATA_DIR = "data/cifar10"
 
 
+#: search.rerank_by's rules, the one definition of them (fbnas/search/oneshot_check.py
+#: applies them; fbnas pick decides by those that need no supernet): rule -> the figures
+#: whose ranks it sums, the first breaking ties. Figures: "top1", the one-shot top-1 on the
+#: val split; "macs", the network's multiply-adds; "naswot", the training-free score of a
+#: fresh copy; "theta", the network's log-probability under softmax(theta)
+RERANK_RULES = {"top1": ("top1",), "top1_and_macs": ("top1", "macs"), "naswot": ("naswot",),
+                "naswot_and_top1": ("naswot", "top1"), "naswot_and_theta": ("naswot", "theta"),
+                "naswot_and_theta_then_top1": ("naswot", "theta", "top1")}
+#: rules that score only a shortlist one-shot: rule -> (the rule that draws the shortlist up
+#: from every checked network, how many it keeps)
+SHORTLISTED_RULES = {"naswot_and_theta_then_top1": ("naswot_and_theta", 8)}
+#: rules that sum weighted z-scores instead of ranks: rule -> {figure: weight}; theta's
+#: weight is the one that came closest to the best network (docs/results.md)
+WEIGHTED_RULES = {"naswot_and_theta": {"naswot": 1.0, "theta": 0.25}}
+#: the rules that score every checked network one-shot, a pass over the val split each, so a
+#: config may check fewer networks with them than with the others
+ONE_SHOT_RULES = tuple(rule for rule, figures in RERANK_RULES.items()
+                       if "top1" in figures and rule not in SHORTLISTED_RULES)
+#: the rules `fbnas pick` may decide by, its default first: those that score no network
+#: one-shot, as a pick trains no supernet
+PICK_RULES = tuple(sorted((rule for rule, figures in RERANK_RULES.items()
+                           if "top1" not in figures),
+                          key=lambda rule: rule != "naswot_and_theta"))
+
+
 def _choices(*values: str, default: str,
              renamed: dict[str, tuple[str, str]] | None = None) -> Any:
     """A string key taking one of ``values``; ``renamed`` maps a value earlier versions took
@@ -144,9 +169,7 @@ class SearchConfig:
     # top-1's, or NASWOT's z-score plus a quarter of theta's log-probability's, with theta a
     # prior over a long list, or that rule's best 8 decided by the sum of its rank and the
     # one-shot top-1's (fbnas/search/oneshot_check.py)
-    rerank_by: str = _choices("top1", "top1_and_macs", "naswot", "naswot_and_top1",
-                              "naswot_and_theta", "naswot_and_theta_then_top1",
-                              default="top1")
+    rerank_by: str = _choices(*RERANK_RULES, default="top1")
     # also check, for each layer and candidate, the most probable network within the window
     # that uses it there: a layer theta settled early is then checked too (oneshot_check.py)
     rerank_alternatives: bool = False
@@ -420,12 +443,6 @@ def check_floor(floor: float) -> None:
 #: the most decoding processes data.workers may ask for per training process: each holds a
 #: copy of the loader's state, and beyond the cores they only compete for them
 MAX_WORKERS = 64
-
-
-#: the search.rerank_by rules that score each checked network one-shot (those of
-#: fbnas.search.oneshot_check.RULES that use "top1", but for those that score a shortlist of
-#: 8 only; a config does not import the search)
-ONE_SHOT_RULES = ("top1", "top1_and_macs", "naswot_and_top1")
 
 
 def validate(cfg: Config) -> Config:

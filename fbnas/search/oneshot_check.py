@@ -56,19 +56,10 @@ from __future__ import annotations
 
 import numpy as np
 
-#: the values of ``search.rerank_by``: the figures whose ranks each rule sums (the first
-#: breaks ties)
-RULES = {"top1": ("top1",), "top1_and_macs": ("top1", "macs"), "naswot": ("naswot",),
-         "naswot_and_top1": ("naswot", "top1"), "naswot_and_theta": ("naswot", "theta"),
-         "naswot_and_theta_then_top1": ("naswot", "theta", "top1")}
-#: rules that score only a shortlist one-shot: rule -> (the rule that draws the shortlist up
-#: from every checked network, how many it keeps)
-SHORTLISTED = {"naswot_and_theta_then_top1": ("naswot_and_theta", 8)}
-#: rules that sum weighted z-scores instead of ranks: figure -> weight. Theta's 0.25: on three
-#: sets of 12 finished NAS-Bench-Macro searches, re-decided with 256 networks checked, it gave
-#: the lowest mean gap to the oracle of the weights 0.15, 0.25 and 0.35 in each set
-#: (docs/results.md, "A long check weighed by theta")
-WEIGHTED = {"naswot_and_theta": {"naswot": 1.0, "theta": 0.25}}
+from fbnas.config import RERANK_RULES as RULES
+from fbnas.config import SHORTLISTED_RULES as SHORTLISTED
+from fbnas.config import WEIGHTED_RULES as WEIGHTED
+
 #: how a search's epoch line names each figure ("best NASWOT and one-shot of the 8 ...")
 FIGURE_NAMES = {"top1": "one-shot", "macs": "MACs", "naswot": "NASWOT", "theta": "theta"}
 

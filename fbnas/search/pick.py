@@ -31,8 +31,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-#: the rules a pick may decide by: those that need no supernet (fbnas/search/oneshot_check.py)
-PICK_RULES = ("naswot_and_theta", "naswot")
+from fbnas.config import PICK_RULES
+
 #: networks scored by default: the list length measured on NAS-Bench-Macro
 DEFAULT_NETWORKS = 256
 

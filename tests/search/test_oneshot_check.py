@@ -91,6 +91,19 @@ def test_the_config_knows_which_rules_score_one_shot():
                                    if needs(rule, "top1") and rule not in SHORTLISTED}
 
 
+def test_the_rules_are_defined_once_and_pick_takes_those_without_a_supernet():
+    import dataclasses
+
+    from fbnas.config import PICK_RULES, RERANK_RULES, SearchConfig
+    from fbnas.search.oneshot_check import RULES, needs
+
+    field = {f.name: f for f in dataclasses.fields(SearchConfig)}["rerank_by"]
+    assert RULES is RERANK_RULES
+    assert field.metadata["choices"] == tuple(RERANK_RULES)
+    assert PICK_RULES[0] == "naswot_and_theta"  # fbnas pick's default
+    assert set(PICK_RULES) == {rule for rule in RULES if not needs(rule, "top1")}
+
+
 def test_then_top1_lets_one_shot_reorder_the_long_checks_best_8_only():
     from fbnas.search.oneshot_check import shortlist
 
