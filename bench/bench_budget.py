@@ -8,7 +8,8 @@ so the control replays the search's theta steps without training them). Every ne
 retrained with the same budget; the found one and the control with every --seeds value. The
 found network is also timed (the table's runtime). One invocation per budget appends one
 JSON line to --results; ``report`` draws the table and the picture from that file, and
-``longer`` retrains a row's found network and control again for more epochs.
+``longer`` retrains a row's found network and control again for more epochs; ``report
+--recipe NAME`` keeps one recipe's rows.
 ``--jobs J`` retrains J networks at a time, each in its own process with --threads / J
 threads (budget and longer modes).
 
@@ -177,11 +178,14 @@ def verdict(row: dict) -> dict:
             "beaten": sum(st.mean(f) > v for v in rand), "randoms": len(rand)}
 
 
-def print_report(rows: list[dict]) -> None:
-    print("| budget ms | loss | found ms (predicted / measured) | skip | found top-1 % | control "
+def print_report(rows: list[dict], with_recipe: bool = True) -> None:
+    """The table of ``rows``; without the loss column where they are one recipe's
+    (``with_recipe`` false: report --recipe prints the name once above it)."""
+    loss = "loss | " if with_recipe else ""
+    print(f"| budget ms | {loss}found ms (predicted / measured) | skip | found top-1 % | control "
           "ms | control top-1 % | random top-1 % (median, n) | found beats | supernet val top-1 "
           "(last) | found net val top-1 (last) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if with_recipe else ""))
     for row in sorted(rows, key=lambda r: (recipe(r), r["target_ms"])):
         v, fd, ct = verdict(row), row["found"], row["control"]
         randoms, beaten = "none (0)", "no random networks"  # --randoms 0
@@ -189,7 +193,8 @@ def print_report(rows: list[dict]) -> None:
             randoms = f"{v['random_median']:.2f} ({v['randoms']})"
             beaten = (f"{v['beaten']}/{v['randoms']} random "
                       f"({100 * v['beaten'] / v['randoms']:.0f}th pct)")
-        print(f"| {row['target_ms']:g} | {recipe(row)} | {fd['predicted_ms']:.3f} / "
+        name = f"{recipe(row)} | " if with_recipe else ""
+        print(f"| {row['target_ms']:g} | {name}{fd['predicted_ms']:.3f} / "
               f"{fd['measured_ms']:.3f} "
               f"| {fd['ops'].count('skip')}/{len(fd['ops'])} | {v['found']:.2f} +- "
               f"{v['found_sd']:.2f} | {ct['predicted_ms']:.3f} | {v['control']:.2f} +- "
@@ -290,7 +295,19 @@ def longer(args) -> None:
 
 def report(args) -> None:
     rows = read_rows(Path(args.results))
-    print_report(rows)
+    keep = getattr(args, "recipe", None)
+    if keep:  # one recipe's rows alone, as the README's table and picture show them
+        rows = [row for row in rows if recipe(row) == keep]
+        if not rows:
+            raise SystemExit(f"report --recipe: no rows of recipe {keep!r} in {args.results}; "
+                             "copy the name from the loss column of the full report")
+        print(f"recipe: {keep}")
+    print_report(rows, with_recipe=not keep)
+    dates = sorted(row["date"] for row in rows if row.get("date"))
+    if dates:  # where a pasted table was measured
+        places = ", ".join(dict.fromkeys(row.get("trained_on", "cpu") for row in rows))
+        print(f"measured {dates[0]} to {dates[-1]}; trained on {places}; table's CPU "
+              + ", ".join(dict.fromkeys(str(row.get("lut_cpu")) for row in rows)))
     if args.png:
         draw(rows, Path(args.png))
 
@@ -304,6 +321,8 @@ def main() -> None:
     ap.add_argument("--results", default="bench/results/budget.jsonl",
                     help="budget/longer/report: the results file (one JSON line per budget)")
     ap.add_argument("--png", default=None, help="report: where to draw the picture")
+    ap.add_argument("--recipe", default=None,
+                    help="report: keep only the rows of this recipe (the table's loss column)")
     ap.add_argument("--time-rounds", type=int, default=20,
                     help="budget: timing rounds of the found network")
     args = parse(ap)

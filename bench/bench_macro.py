@@ -23,12 +23,12 @@ NASWOT over its --rerank most probable networks, default 256, by --rerank-by, de
 naswot_and_theta) at each budget and seed; a pick is the cost-only control decided by its own
 check, so its row's control is the pick itself. Minutes, not hours: nothing is trained.
 
-report (macro_report.py): the table of --results, a summary per recipe, what rules that
-need no search (most MACs within the budget, slowest within it; with --naswot-window the best
-NASWOT score among the networks that spend 90 to 100% of it) score at its budgets, how many
-networks within each budget are more accurate than its control (the headroom a search has
-to beat it), and one picture:
-every network of the space as a grey point (true accuracy against predicted latency), the
+report (macro_report.py): the table of --results (with --by-budget, one line per budget
+instead of one per search), a summary per recipe with when and on which CPU model it was
+searched, what rules that need no search (most MACs within the budget, slowest within it;
+with --naswot-window the best NASWOT score among the networks that spend 90 to 100% of it)
+score at its budgets, how many networks within each budget are more accurate than its
+control (the headroom a search has to beat it), and one picture: every network of the space as a grey point (true accuracy against predicted latency), the
 Pareto front, the budgets, found networks and controls. The same seed searches differently
 on another CPU model, so --cpu keeps the rows of one; --recipe keeps one recipe's rows;
 --paired A B compares two recipes search by search instead (macro_paired.py).
@@ -68,7 +68,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_budget import theta_steps_taken  # noqa: E402
 from bench_common import log_to, per_epoch  # noqa: E402
 from macro_paired import report_paired  # noqa: E402
-from macro_report import draw, headroom, print_table, simple_rules, summary, tau  # noqa: E402
+from macro_report import (by_budget, draw, headroom, print_table, provenance,  # noqa: E402
+                          simple_rules, summary, tau)
 
 TRUTH = "../shared/data/nas-bench-macro"
 
@@ -481,8 +482,16 @@ def report(args) -> None:
                              for r in rows) if r]
     order = list(dict.fromkeys(r["recipe"] for r in rows))
     rows.sort(key=lambda r: (order.index(r["recipe"]), r["budget_ms"], r["seed"]))
+    if args.by_budget:  # the short form: one line per budget, then the summary
+        by_budget(rows)
+        summary(rows, truth)
+        provenance(rows)
+        if args.png:
+            draw(rows, truth, lat, Path(args.png))
+        return
     print_table(rows)
     summary(rows, truth)
+    provenance(rows)
     simple_rules(rows, truth, lut, lat, naswot if args.naswot_window else None)
     headroom(rows, truth, lat)
     if args.png:
@@ -531,6 +540,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--paired", nargs=2, metavar=("A", "B"), default=None,
                     help="report: compare recipes A and B search by search, paired by budget "
                          "and seed (macro_paired.py), instead of the table")
+    ap.add_argument("--by-budget", action="store_true",
+                    help="report: one line per budget over the kept rows (median and worst "
+                         "found network, gap, control) instead of one per search, then the "
+                         "summary (and the picture with --png); no rules or headroom")
     ap.add_argument("--naswot-window", action="store_true",
                     help="report: also score every network spending 90 to 100%% of each budget "
                          "by NASWOT and look the best one up (a search with no training)")

@@ -41,15 +41,20 @@ layer runs, weighted by the straight-through sample: today's default), and ``rei
 with 1 and 2 sampled paths (one network each, no gradient through the weights).
 
 Rows are appended to --results (bench/results/speed.jsonl) with the CPU model and threads.
+``report`` measures nothing: it prints, from --results, the newest run of each network's
+retrain step and of the theta step as markdown tables (--date, --cpu and --network keep one
+day's, one CPU model's or one network's runs).
 
     python bench/bench_speed.py --threads 1
     python bench/bench_speed.py --threads 1 --networks found-1.8ms --compile
+    python bench/bench_speed.py report --date 2026-12-04
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import multiprocessing
 import statistics
@@ -288,8 +293,53 @@ def theta_rows(args) -> list[dict]:
     return rows
 
 
+def measured_runs(rows: list[dict]) -> list[list[dict]]:
+    """The rows of --results grouped into runs: consecutive rows of one table (the same day,
+    CPU, threads, kind of step and network) were measured together."""
+    def run(r: dict) -> tuple:
+        return (r["date"], r["cpu"], json.dumps(r.get("cpu_id")), r["threads"], r["what"],
+                r["network"], r.get("ops"))
+    return [list(g) for _, g in itertools.groupby(rows, run)]
+
+
+def report(args) -> None:
+    """The newest run of each step and network in --results (as kept by --date and --cpu),
+    one markdown table each, headed by where and when it was measured."""
+    rows = [json.loads(line) for line in Path(args.results).read_text().splitlines()
+            if line.strip()]
+    rows = [r for r in rows if (args.date is None or r["date"] == args.date)
+            and (args.cpu is None or args.cpu.lower() in r["cpu"].lower())
+            and (args.network is None or r["network"] == args.network)]
+    if not rows:
+        raise SystemExit(f"report: no rows in {args.results} for --date {args.date} --cpu "
+                         f"{args.cpu} --network {args.network}; leave them out to see every "
+                         "run's newest")
+    newest = {(run[0]["what"], run[0]["network"]): run for run in measured_runs(rows)}
+    for (what, network), run in newest.items():
+        r0 = run[0]
+        bf16 = "native bfloat16" if r0.get("native_bf16") else "no native bfloat16"
+        print(f"\n{network}, {what}, batch {r0['batch']}, {r0['threads']} thread(s); "
+              f"{r0['cpu']} ({bf16}), torch {r0.get('torch', 'not recorded')}, {r0['date']}")
+        if what == "theta step":
+            print("| path | ms per step | cheaper than relaxed |\n|---|---|---|")
+            for r in run:
+                print(f"| {r['path']} | {r['ms']:.1f} | {r['vs_relaxed']:.2f}x |")
+            continue
+        print("| path | ms per step | images/s | vs nchw | vs the floor |\n|---|---|---|---|---|")
+        for r in run:
+            print(f"| {r['path']} | {r['ms']:.1f} | {r['images_per_s']:.1f} | "
+                  f"{r['vs_nchw']:.2f}x | {r['vs_floor']:.2f}x |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", nargs="?", choices=["measure", "report"], default="measure",
+                    help="measure (the default) or report: print --results' newest runs")
+    ap.add_argument("--date", default=None, help="report: only the runs of this day")
+    ap.add_argument("--cpu", default=None,
+                    help="report: only the runs on a CPU whose model name contains this")
+    ap.add_argument("--network", default=None,
+                    help="report: only this network's runs (as a table names it)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--networks", nargs="+", default=["found-1.8ms", "fbnet_c"])
     ap.add_argument("--budget-rows", default="bench/results/budget.jsonl")
@@ -305,6 +355,9 @@ def main() -> None:
     ap.add_argument("--skip-theta", action="store_true")
     ap.add_argument("--results", default="bench/results/speed.jsonl")
     args = ap.parse_args()
+    if args.mode == "report":
+        report(args)
+        return
     set_threads(args.threads)
     if not (native_bf16() or args.bf16):
         print("this CPU has no native bfloat16 (avx512_bf16, amx_bf16): bf16 paths left out "

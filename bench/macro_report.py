@@ -77,6 +77,43 @@ def summary(rows: list[dict], truth) -> None:
               f"{walls}{checked}")
 
 
+def by_budget(rows: list[dict]) -> None:
+    """One line per budget over all of ``rows``' searches: the oracle, the found networks'
+    median and worst true top-1, the median gap and percentile, the control (each distinct
+    one) and how many searches beat, tied and lost to it. The short form of the table, for
+    many seeds at once."""
+    print("| budget ms | searches | oracle (top-1 %) | found top-1 %, median (worst) | gap "
+          "median | percentile median | control (top-1 %) | beat / tied / lost to the "
+          "control |")
+    print("|---|---|---|---|---|---|---|---|")
+    for b in sorted({r["budget_ms"] for r in rows}):
+        mine = [r for r in rows if r["budget_ms"] == b]
+        acc = [r["accuracy"] for r in mine]
+        controls = ", ".join(dict.fromkeys(f"{r['control']} ({r['control_accuracy']:.2f})"
+                                           for r in mine))
+        diff = [r["accuracy"] - r["control_accuracy"] for r in mine]
+        print(f"| {b:g} | {len(mine)} | {mine[0]['oracle']} ({mine[0]['oracle_accuracy']:.2f}) "
+              f"| {statistics.median(acc):.2f} ({min(acc):.2f}) | "
+              f"{statistics.median(r['gap'] for r in mine):.2f} | "
+              f"{statistics.median(r['percentile'] for r in mine):.1f} | {controls} | "
+              f"{sum(d > 0 for d in diff)} / {sum(d == 0 for d in diff)} / "
+              f"{sum(d < 0 for d in diff)} |")
+
+
+def provenance(rows: list[dict]) -> None:
+    """When and on which CPU models ``rows`` were searched, so that a pasted table carries
+    where it was measured (rows made by ``score`` from runs searched elsewhere, and rows
+    from before the record named the CPU, count as not recorded)."""
+    dates = sorted(r["date"] for r in rows if r.get("date"))
+    cpus: dict[str, int] = {}
+    for r in rows:
+        name = r.get("cpu") or "not recorded"
+        cpus[name] = cpus.get(name, 0) + 1
+    when = f"{dates[0]} to {dates[-1]}" if dates else "dates not recorded"
+    print(f"searched {when}; CPU model (searches): "
+          + ", ".join(f"{name} ({n})" for name, n in cpus.items()))
+
+
 def per_layer_fit(truth, keys: list[str]) -> dict[str, float]:
     """The true accuracy's best per-layer additive fit (least squares on one indicator per
     layer and candidate, over every network): the most a decision that scores layers

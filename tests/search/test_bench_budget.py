@@ -86,6 +86,27 @@ def test_report_prints_every_budget_and_draws(tmp_path, capsys):
     assert "control: yes" in out and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_report_keeps_one_recipe_and_says_when_it_was_measured(tmp_path, capsys):
+    """report --recipe: that recipe's rows alone, its name once above the table instead of a
+    column, and the days the rows were measured on; an unknown name is refused in one line."""
+    old = {**row(1.0, [40.0], [37.0], []), "date": "2026-11-23"}
+    new = {**old, "loss": {"target_on": "argmax", "target_weight": 1.0}, "weights_lr": 0.05,
+           "date": "2026-11-25", "lut_cpu": "AMD EPYC"}
+    results = tmp_path / "budget.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in (old, new, {**new, "target_ms": 2.0})))
+    b = bench()
+    name = b.recipe(new)
+    b.report(type("Args", (), {"results": str(results), "png": None, "recipe": name}))
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"recipe: {name}"
+    assert out[1].startswith("| budget ms | found ms") and name not in "".join(out[1:])
+    assert [line.split()[1] for line in out if line.startswith("| 1 ") or
+            line.startswith("| 2 ")] == ["1", "2"]
+    assert out[-1] == "measured 2026-11-25 to 2026-11-25; trained on cpu; table's CPU AMD EPYC"
+    with pytest.raises(SystemExit, match="no rows of recipe 'nothing'"):
+        b.report(type("Args", (), {"results": str(results), "png": None, "recipe": "nothing"}))
+
+
 @pytest.mark.slow  # spawns processes that retrain on the CIFAR-10 subset
 def test_parallel_retrains_equal_one_at_a_time(tmp_path, monkeypatch):
     """--jobs 2 retrains in spawned processes; each run is seeded alone, so the figures are

@@ -147,6 +147,32 @@ class MacsTable:
         return 1e7 * sum(int(c) for c in key_of(ops))
 
 
+def test_report_by_budget_sums_each_budgets_searches_and_says_where(capsys):
+    """report --by-budget: one line per budget (oracle, median and worst found network, gap,
+    percentile, each distinct control, wins/ties/losses), then when and on which CPU model the
+    rows were searched, so that a pasted table carries where it was measured."""
+    def row(budget, acc, control_acc, control="21", **more):
+        return {"budget_ms": budget, "oracle": "22", "oracle_accuracy": 92.0,
+                "accuracy": acc, "gap": 92.0 - acc, "percentile": acc, "control": control,
+                "control_accuracy": control_acc, **more}
+
+    rows = [row(1.0, 91.0, 90.0, date="2026-11-29", cpu="AMD EPYC"),
+            row(1.0, 90.0, 90.0, date="2026-12-04", cpu="AMD EPYC"),
+            row(1.0, 89.0, 90.5, control="12", date="2026-12-02"),
+            row(2.0, 92.0, 91.0)]
+    bench()
+    from macro_report import by_budget, provenance
+
+    by_budget(rows)
+    provenance(rows)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2] == ("| 1 | 3 | 22 (92.00) | 90.00 (89.00) | 2.00 | 90.0 | 21 (90.00), "
+                        "12 (90.50) | 1 / 1 / 1 |")
+    assert lines[3] == "| 2 | 1 | 22 (92.00) | 92.00 (92.00) | 0.00 | 92.0 | 21 (91.00) | 1 / 0 / 0 |"
+    assert lines[4] == ("searched 2026-11-29 to 2026-12-04; CPU model (searches): AMD EPYC (2), "
+                        "not recorded (2)")
+
+
 def test_report_decides_a_recorded_check_again_by_the_macs_rule():
     """report --rerank-by: a row's recorded one-shot checks decided again by another rule,
     judged by lookup, beside the row; rows without recorded checks are left out."""
