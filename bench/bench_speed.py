@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import itertools
 import json
 import multiprocessing
 import statistics
@@ -295,11 +294,19 @@ def theta_rows(args) -> list[dict]:
 
 def measured_runs(rows: list[dict]) -> list[list[dict]]:
     """The rows of --results grouped into runs: consecutive rows of one table (the same day,
-    CPU, threads, kind of step and network) were measured together."""
-    def run(r: dict) -> tuple:
+    CPU, threads, kind of step and network) were measured together, until a path comes
+    again, which starts the next run of the same table."""
+    def table(r: dict) -> tuple:
         return (r["date"], r["cpu"], json.dumps(r.get("cpu_id")), r["threads"], r["what"],
                 r["network"], r.get("ops"))
-    return [list(g) for _, g in itertools.groupby(rows, run)]
+    runs: list[list[dict]] = []
+    for r in rows:
+        if runs and table(runs[-1][0]) == table(r) and all(r["path"] != o["path"]
+                                                           for o in runs[-1]):
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return runs
 
 
 def report(args) -> None:

@@ -21,6 +21,9 @@ def test_report_prints_each_networks_newest_run(tmp_path):
     rows = [speed_row("2026-11-28", "found-1.8ms", "nchw", 900.0),
             speed_row("2026-11-29", "found-1.8ms", "nchw", 800.0),
             speed_row("2026-11-29", "found-1.8ms", "channels_last-kept", 500.0),
+            # the same table again the same day: a path that comes again starts a new run
+            speed_row("2026-11-29", "found-1.8ms", "nchw", 800.0),
+            speed_row("2026-11-29", "found-1.8ms", "channels_last-kept", 400.0),
             speed_row("2026-11-29", "fbnet_c", "nchw", 3000.0, cpu="Intel Xeon")]
     results = tmp_path / "speed.jsonl"
     results.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -32,8 +35,10 @@ def test_report_prints_each_networks_newest_run(tmp_path):
 
     out = report().stdout
     assert "| nchw | 800.0 | 80.0 | 1.00x | 2.00x |" in out and "| 900.0 |" not in out
-    assert "| channels_last-kept | 500.0 |" in out and "fbnet_c, retrain step" in out
+    assert "| channels_last-kept | 400.0 |" in out and "| 500.0 |" not in out
+    assert out.count("| nchw | 800.0 |") == 1 and "fbnet_c, retrain step" in out
     assert "AMD EPYC (no native bfloat16), torch 2.x, 2026-11-29" in out
+    assert "| 500.0 |" not in report("--network", "found-1.8ms").stdout
     only = report("--cpu", "xeon").stdout
     assert "fbnet_c" in only and "found-1.8ms" not in only
     none = report("--date", "2026-01-01")
