@@ -550,6 +550,25 @@ def session_options(ort, threads):
     return options
 
 
+def check_input(session, item, key):
+    """Refuse, before anything is timed, an item whose manifest input shape is not the one
+    its ONNX file takes (an edited manifest: its own hash is not checked, only the files'
+    are), which onnxruntime would stop on mid-timing with a traceback. A dimension the file
+    leaves symbolic takes any size."""
+    inputs = session.get_inputs()
+    want = item["input"]
+    if len(inputs) != 1:
+        raise RunnerError("%s's ONNX file %s takes %d inputs, not the one a bundle file "
+                          "takes; copy the bundle again" % (key, item["file"], len(inputs)))
+    takes = list(inputs[0].shape)
+    if len(takes) != len(want) or any(isinstance(t, int) and t != w
+                                      for t, w in zip(takes, want)):
+        raise RunnerError("manifest.json gives %s the input %s but its ONNX file %s takes %s "
+                          "(manifest edited?); copy the bundle again"
+                          % (key, "x".join(map(str, want)), item["file"],
+                             "x".join(str(t) if isinstance(t, int) else "?" for t in takes)))
+
+
 def load_sessions(ort, np, bundle, items, threads, provider, provider_options, seed, desc):
     """key -> (InferenceSession.run, feeds) for every item, each fed random normal input
     of its recorded shape."""
@@ -565,6 +584,7 @@ def load_sessions(ort, np, bundle, items, threads, provider, provider_options, s
         except Exception as e:  # onnxruntime raises several exception types
             raise RunnerError("onnxruntime cannot load %s with %s: %s"
                               % (item["file"], provider, str(e).splitlines()[0][:200]))
+        check_input(sess, item, key)
         x = rng.standard_normal(item["input"]).astype(np.float32)
         out[key] = (sess.run, {sess.get_inputs()[0].name: x})
         first = first or sess

@@ -653,3 +653,45 @@ def test_runner_ships_in_the_wheel(tmp_path):
 
     names = zipfile.ZipFile(build_wheel(tmp_path)).namelist()
     assert "fbnas/latency/device_runner.py" in names and "fbnas/latency/bundle.py" in names
+
+
+class _Input:
+    def __init__(self, shape):
+        self.name, self.shape = "input", shape
+
+
+class _Session:
+    def __init__(self, *shapes):
+        self.shapes = shapes
+
+    def get_inputs(self):
+        return [_Input(s) for s in self.shapes]
+
+
+def test_runner_refuses_an_input_shape_its_model_does_not_take():
+    """A manifest saying 999x999 where the ONNX file takes 32x32 ended in onnxruntime's
+    traceback mid-timing; the runner checks every item before timing any."""
+    item = {"file": "entries/e0.onnx", "input": [1, 3, 999, 999]}
+    with pytest.raises(runner.RunnerError, match=r"gives e0 the input 1x3x999x999 but its "
+                                                 r"ONNX file entries/e0.onnx takes 1x3x32x32 "
+                                                 r".*copy the bundle again"):
+        runner.check_input(_Session([1, 3, 32, 32]), item, "e0")
+    with pytest.raises(runner.RunnerError, match="takes 1x3x32"):
+        runner.check_input(_Session([1, 3, 32]), item, "e0")
+    with pytest.raises(runner.RunnerError, match="takes 2 inputs"):
+        runner.check_input(_Session([1], [1]), item, "e0")
+    runner.check_input(_Session([1, 3, 999, 999]), item, "e0")
+    runner.check_input(_Session(["batch", 3, None, 999]), item, "e0")  # symbolic: any size
+
+
+@pytest.mark.slow
+def test_runner_refuses_a_manifest_input_its_onnx_file_does_not_take(bundle, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(bundle, copy)
+    m = json.loads((copy / "manifest.json").read_text())
+    key = next(iter(m["entries"]))
+    m["entries"][key]["input"] = [1, 3, 999, 999]
+    (copy / "manifest.json").write_text(json.dumps(m))
+    proc = run_py(copy, "--out", "r.json", *RUN, cwd=tmp_path)
+    assert_one_line_error(proc, key, "1x3x999x999", "copy the bundle again")
+    assert not (tmp_path / "r.json").exists()
