@@ -37,6 +37,13 @@ from fbnas.config import PICK_RULES
 DEFAULT_NETWORKS = 256
 
 
+def default_name(target_ms: float) -> str:
+    """The name a pick under ``target_ms`` gets unless ``--name`` says: ``pick_1.8ms``, and
+    for a budget written with an exponent ``pick_1e06ms`` (an architecture name holds no
+    '+')."""
+    return f"pick_{target_ms:g}ms".replace("e+", "e")
+
+
 def pick(cfg, networks: int = DEFAULT_NETWORKS, rule: str = PICK_RULES[0],
          echo: Callable[[str], None] = print, scorer: Callable | None = None) -> dict:
     """Decide a network for ``cfg``'s space, table and budget without training; return
@@ -71,11 +78,12 @@ def pick(cfg, networks: int = DEFAULT_NETWORKS, rule: str = PICK_RULES[0],
     note = lut.other_machine()
     if note:
         warn_stderr(note)
-    check_budget(lut, space, budget.us, networks, knob="--networks")
+    # in the order a user fixes them: the inputs, the budget, then the list's memory
     data = open_dataset(cfg, space.resolution)
     if data.channels != space.in_channels:
         raise FbnasError(f"the data's images have {data.channels} channels but the space "
                          f"expects {space.in_channels}-channel inputs")
+    check_budget(lut, space, budget.us, networks, knob="--networks")
     n = min(len(data), cfg.data.limit) if cfg.data.limit else len(data)
     splits = make_splits(n, cfg.run.seed, cfg.data.theta_fraction, cfg.data.val_fraction)
     steps = search_theta_steps(cfg, len(splits["weights"]), len(splits["theta"]))

@@ -130,12 +130,13 @@ def check_budget(lut, space, budget_us: float, k: int, warn: Warn = warn_stderr,
                  knob: str = "search.rerank") -> None:
     """Refuse, before any training or scoring, a budget no network of ``space`` meets and a
     check list of ``k`` networks (set by ``knob``) too long to find; warn of a budget above
-    the slowest network, which pushes every layer toward its slowest candidate."""
-    if k > 1:
-        check_window_list(space, k, knob)
+    the slowest network, which pushes every layer toward its slowest candidate. The budget is
+    checked before the list: a user fixes the budget first, and the list's memory then."""
     costs = lut.layer_costs()
     uniform = [np.full(len(c), 1.0 / len(c)) for c in costs]
     ops_under_budget(lut, space, uniform, budget_us, warn)  # raises below the minimum
+    if k > 1:
+        check_window_list(space, k, knob)
     names = lut.layer_candidates()
     slowest = lut.predict([n[int(np.argmax(c))] for n, c in zip(names, costs)])
     if budget_us > slowest:

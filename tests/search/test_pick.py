@@ -151,3 +151,60 @@ def test_pick_refuses_what_it_cannot_do_in_one_line(tmp_path, tiny_lut_file, cif
     assert r.exit_code == 1 and "already holds architecture(s) mine" in r.output
     assert "--force" in r.output and json.loads(out.read_text())["architectures"]["mine"] == {
         "blocks": []}
+
+
+def test_the_default_name_is_a_valid_name_for_any_budget():
+    """pick_1e+09ms, its own default, was refused: a name holds no '+'."""
+    from fbnas.config import MAX_BUDGET_MS
+    from fbnas.search.pick import default_name
+    from fbnas.search.sampling import check_name
+
+    assert default_name(1.8) == "pick_1.8ms"
+    for ms in (1e-9, 0.5, 123456.0, MAX_BUDGET_MS):
+        check_name(default_name(ms))
+
+
+def _few_images(root):
+    from PIL import Image
+
+    for name in ("a", "b"):
+        (root / "train" / name).mkdir(parents=True)
+        for i in range(2):
+            Image.new("RGB", (8, 8), (i * 90, 0, 0)).save(root / "train" / name / f"{i}.png")
+    return root
+
+
+def test_pick_checks_the_inputs_then_the_budget_then_the_list(tmp_path, tiny_lut_file):
+    """The --networks memory check once fired first, so a missing data folder or a budget
+    below the fastest network was reported as a --networks problem."""
+    from tests.arch.test_arch import assert_user_error
+
+    images = _few_images(tmp_path / "images")
+    base = ["pick", "--space", "tiny", "--lut", tiny_lut_file, "--out", tmp_path / "a.json",
+            "--set", "data.kind=folder", "--networks", 100000]
+    r = run(*base, "--data-dir", tmp_path / "none", "--target-ms", 0.0001)
+    assert_user_error(r, "does not exist", str(tmp_path / "none"))
+    r = run(*base, "--data-dir", images, "--target-ms", 0.0001)
+    assert_user_error(r, "below the fastest architecture", "ask for at least")
+    r = run(*base, "--data-dir", images, "--target-ms", 1000)
+    assert_user_error(r, "--networks 100000: listing", "use --networks")
+    assert not (tmp_path / "a.json").exists()
+
+
+@pytest.mark.parametrize("override, message", [
+    ("loss.target_ms=3", "contradicts --target-ms, which sets loss.target_ms to 1.5"),
+    ("loss.form=paper", "contradicts --target-ms, which sets loss.form to 'target'"),
+])
+def test_pick_refuses_a_set_that_contradicts_its_budget(tmp_path, tiny_lut_file, override,
+                                                        message):
+    """--set loss.target_ms=3 searched under 3 ms a network named pick_1.5ms, and --set
+    loss.form=paper was answered with "give --target-ms" though it was given."""
+    from tests.arch.test_arch import assert_user_error
+
+    r = run("pick", "--space", "tiny", "--lut", tiny_lut_file, "--target-ms", 1.5,
+            "--data-dir", tmp_path, "--set", override, "--out", tmp_path / "a.json")
+    assert_user_error(r, message, "give the value once")
+    r = run("train", "--space", "tiny", "--lut", tiny_lut_file, "--target-ms", 1.5,
+            "--data-dir", tmp_path, "--set", override, "--out", tmp_path / "run")
+    assert_user_error(r, message)
+    assert not (tmp_path / "a.json").exists() and not (tmp_path / "run").exists()
