@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import math
 import os
 import sys
 from pathlib import Path
@@ -25,12 +24,26 @@ ENVIRONMENT_ERRORS = {errno.ENAMETOOLONG, errno.ENOSPC, errno.EROFS, errno.EACCE
 
 
 def _finite(ctx, param, value):
-    """Refuse inf and nan, which click's FloatRange lets through (profile --extra-time nan
-    ran forever; --block-time inf stopped with a traceback; a latency budget, metavar MS,
-    must be a finite number of milliseconds)."""
-    if value is not None and not math.isfinite(value):
-        unit = " of milliseconds" if param.metavar == "MS" else ""
-        raise click.BadParameter(f"must be a finite number{unit}")
+    """Refuse inf, nan and numbers too large to compute with, which click's FloatRange lets
+    through (profile --extra-time nan ran forever; --block-time inf stopped with a traceback;
+    --target-ms 1e308 overflowed the budget's arithmetic), by the check config keys get
+    (:func:`fbnas.config.number_problem`): a latency budget (metavar MS) is bounded as
+    ``loss.target_ms`` is, ``--extra-time`` as the device runner's, any other float option
+    by the largest float32."""
+    from fbnas.config import BUDGET_WHY, MAX_BUDGET_MS, number_problem
+    from fbnas.latency.device_runner import MAX_EXTRA_TIME
+
+    if value is None:
+        return value
+    if param.metavar == "MS":
+        bound = (MAX_BUDGET_MS, BUDGET_WHY, "ms")
+    elif param.name == "extra_time":
+        bound = (MAX_EXTRA_TIME, "a week of extra rounds", "s")
+    else:
+        bound = ()
+    problem = number_problem(value, *bound)
+    if problem:
+        raise click.BadParameter(problem)
     return value
 
 
@@ -307,7 +320,7 @@ def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overri
     on the budget: fbnas sample --hard then returns the most probable network within it.
     Writes RUN_DIR/pictures/ (softmax(theta) heatmaps, progress chart) and warns when the
     supernet stops learning or theta collapses to skip. Options given here override the
-    config file; --set overrides both.
+    config file, and --set any key; a --set that contradicts an option is refused.
 
     \b
     Examples:
@@ -475,7 +488,7 @@ def pick(target_ms, config_path, space_name, lut, data_dir, networks, rule, seed
       fbnas retrain runs/pick/arch.json --name pick_1.8ms --out runs/pick_1.8
     """
     from fbnas.config import load_config
-    from fbnas.search.pick import pick_to_file
+    from fbnas.search.pick import default_name, pick_to_file
 
     given = {"space": space_name, "lut": lut, "data.dir": data_dir, "run.seed": seed,
              "run.threads": threads, "loss.form": "target", "loss.target_ms": target_ms}
@@ -485,7 +498,7 @@ def pick(target_ms, config_path, space_name, lut, data_dir, networks, rule, seed
         import torch
 
         torch.set_num_threads(cfg.run.threads)
-    pick_to_file(cfg, out, name or f"pick_{target_ms:g}ms", networks, rule, force,
+    pick_to_file(cfg, out, name or default_name(target_ms), networks, rule, force,
                  echo=click.echo)
 
 

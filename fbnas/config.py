@@ -22,12 +22,41 @@ from typing import Any, Optional
 
 import yaml
 
-from fbnas.errors import FbnasError, UsageError
+from fbnas.errors import FbnasError, UsageError, brief
 from fbnas.io import load_yaml, parse_yaml
 from fbnas.resources import bundled, names_a_file
 
 # A relative default: the folder a user would download CIFAR-10 into (--download does).
 DEFAULT_DATA_DIR = "data/cifar10"
+
+#: the largest finite float32: rates and decays become float32 factors in the optimizers, and
+#: no number a config holds means anything beyond it
+FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_WHY = "the largest float32, the precision fbnas computes in"
+#: the largest latency budget, in ms: 1000 s per image, a million times a typical table's
+#: networks (about 1 ms) and far beyond any a table times; a larger budget bounds nothing,
+#: and its microseconds overflow the arithmetic that compares networks with it
+MAX_BUDGET_MS = 1e6
+BUDGET_WHY = "1000 s per image, beyond any network a lookup table times"
+
+
+def number_problem(value: Any, high: float = FLOAT32_MAX, why: str = FLOAT32_WHY,
+                   unit: str = "") -> str | None:
+    """What is wrong with ``value`` as a number fbnas computes with: not a number, not
+    finite, or larger in size than ``high`` (``why`` says why the bound, ``unit`` what the
+    number counts: "ms", "s"); None when it is fine. The one bound check of the numbers a
+    user gives: config keys (:func:`_coerce`), the latency budget (:class:`Budget`) and the
+    command line's float options use it, so 1e308 is refused with one line wherever it is
+    typed instead of overflowing somewhere in the arithmetic."""
+    of = f" of {unit}" if unit else ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"must be a number{of}, got {brief(value)}"
+    got = f"{value:g}" if isinstance(value, float) else brief(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number{of}, got {got}"
+    if abs(value) > high:
+        return f"must be at most {high:g}{' ' + unit if unit else ''} ({why}), got {got}"
+    return None
 
 
 #: search.rerank_by's rules, the one definition of them (fbnas/search/oneshot_check.py
@@ -184,7 +213,8 @@ class LossConfig:
     beta: float = 0.6
     # the target form (fbnas train --target-ms): CE + target_weight * |LAT / target - 1|,
     # which drives the search to spend the budget (see fbnas/search/loss.py)
-    target_ms: Optional[float] = None
+    target_ms: Optional[float] = field(default=None,
+                                       metadata={"bound": (MAX_BUDGET_MS, BUDGET_WHY)})
     # the penalty's weight against the cross-entropy's pull toward cheap ops; how the default
     # was chosen: docs/search.md, Loss
     target_weight: float = 1.0
@@ -207,10 +237,6 @@ class LossConfig:
     # extra theta steps of the last epoch, so it settles as theta does. On NAS-Bench-Macro
     # "theta" decided theta in 15 searches of 16 but found worse networks (docs/search.md)
     multiplier_pace: str = _choices("fixed", "theta", default="fixed")
-
-
-#: the largest finite float32: rates and decays become float32 factors in the optimizers
-FLOAT32_MAX = 3.4028234663852886e38
 
 
 @dataclass
@@ -322,7 +348,7 @@ def _coerce(value: Any, tp: Any, key: str, f: dataclasses.Field) -> Any:
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise UsageError(f"config key {key} must be an integer, got {_short(value)}")
+            raise UsageError(f"config key {key} must be an integer, got {brief(value)}")
         if abs(value) >= 2 ** 63:  # torch and numpy take 64-bit integers
             raise UsageError(f"config key {key} is too large (about "
                              f"{int(value.bit_length() * 0.30103)} digits); "
@@ -334,8 +360,9 @@ def _coerce(value: Any, tp: Any, key: str, f: dataclasses.Field) -> Any:
                 value = float(value)
             except ValueError:
                 pass
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise UsageError(f"config key {key} must be a number, got {_short(value)}")
+        problem = number_problem(value, *f.metadata.get("bound", ()))
+        if problem:
+            raise UsageError(f"config key {key} {problem}")
         return float(value)
     if tp is str:
         if not isinstance(value, str):
@@ -349,12 +376,6 @@ def _coerce(value: Any, tp: Any, key: str, f: dataclasses.Field) -> Any:
             raise UsageError(f"config key {key} must be one of {', '.join(choices)}, got {value!r}")
         return value
     raise TypeError(f"unsupported config type {tp} for {key}")
-
-
-def _short(value: Any) -> str:
-    """repr of a config value, cut to one readable line."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _build(cls, values: dict, prefix: str = ""):
@@ -421,6 +442,9 @@ class Budget:
             raise UsageError("the latency budget (loss.target_ms of loss.form=target, or "
                              f"--target-ms) must be a positive number of ms, got {ms!r} (e.g. "
                              "--set loss.target_ms=5)")
+        problem = number_problem(ms, MAX_BUDGET_MS, BUDGET_WHY, "ms")
+        if problem:
+            raise UsageError(f"the latency budget (loss.target_ms, --target-ms) {problem}")
         check_floor(self.floor)
         object.__setattr__(self, "us", ms * 1000.0)
 
@@ -659,7 +683,8 @@ def _put(values: dict, keys: list[str], value: Any, what: str) -> None:
 def load_config(path: str | Path | None = None, overrides: list[str] = (),
                 base: dict | None = None, options: dict[str, Any] | None = None) -> Config:
     """Defaults, then ``base`` (e.g. a resumed run's config), then a config file (a path or a
-    bundled name, with its own ``base:`` beneath it), then ``options``, then ``--set``.
+    bundled name, with its own ``base:`` beneath it), then ``options``, then ``--set``; a
+    ``--set`` that gives a key one of ``options`` sets another value is refused.
 
     ``options`` maps dotted keys to values that are already typed (a command's named
     options: ``{"data.dir": "2024", "run.seed": 3}``); they are validated like a file's
@@ -674,8 +699,42 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (),
         _put(values, key.split("."), value, f"option for {key}")
     for item in overrides:
         keys, value = parse_override(item)
+        _refuse_contradiction(options or {}, keys, value, item)
         _put(values, keys, value, f"--set {item!r}")
     return from_dict(values)
+
+
+#: the named options of the commands, by the config key each sets: how an error names them
+OPTION_OF_KEY = {"space": "--space", "lut": "--lut", "data.dir": "--data-dir",
+                 "data.download": "--download", "search.epochs": "--epochs",
+                 "retrain.epochs": "--epochs", "search.mode": "--mode", "run.seed": "--seed",
+                 "run.device": "--device", "run.threads": "--threads",
+                 "loss.form": "--target-ms", "loss.target_ms": "--target-ms",
+                 "retrain.arch": "ARCH", "retrain.name": "--name"}
+
+
+def _flat(keys: list[str], value: Any) -> list[tuple[str, Any]]:
+    """An override as (dotted key, value) pairs: one, or one per key of a mapping it sets."""
+    if isinstance(value, dict):
+        return [pair for k, v in value.items() for pair in _flat(keys + [str(k)], v)]
+    return [(".".join(keys), value)]
+
+
+def _refuse_contradiction(options: dict[str, Any], keys: list[str], value: Any,
+                          item: str) -> None:
+    """Refuse a ``--set`` that gives a key a named option gave another value: which one the
+    user meant is not known (``fbnas pick --target-ms 1.5 --set loss.target_ms=3`` searched
+    under 3 ms and named the result after 1.5, and ``--set loss.form=paper`` beside
+    ``--target-ms`` was told to give --target-ms). The same value twice is fine."""
+    for key, new in _flat(keys, value):
+        if key not in options:
+            continue
+        old = options[key]
+        old = os.fspath(old) if isinstance(old, os.PathLike) else old
+        if new != old or isinstance(new, bool) != isinstance(old, bool):
+            option = OPTION_OF_KEY.get(key, f"the option for {key}")
+            raise UsageError(f"--set {brief(item)} contradicts {option}, which sets {key} to "
+                             f"{brief(old)}; give the value once, with {option} or with --set")
 
 
 def dump(cfg: Config) -> str:

@@ -5,7 +5,10 @@ result) tells of something that may make a result misleading but does not stop i
 """
 
 import sys
-from typing import Callable
+from typing import Any, Callable
+
+#: about the most characters of a value an error message shows
+SHOWN_CHARS = 80
 
 
 class FbnasError(Exception):
@@ -18,6 +21,19 @@ class UsageError(FbnasError):
     """Bad arguments or a bad config value (exit code 2, like click's usage errors)."""
 
     exit_code = 2
+
+
+def brief(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` for an error message, cut to about ``limit`` characters with the full
+    length stated: an error echoes the value it refuses, and a 50 MB string in a table made a
+    52 MB "one-line" error. A long string is cut before its repr is made."""
+    if isinstance(value, (str, bytes)) and len(value) > limit:
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{value[:limit - 10]!r}... ({len(value):,} {unit})"
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 3]}... ({len(text):,} characters)"
 
 
 #: where warnings go: a function given one line of text

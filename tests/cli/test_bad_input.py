@@ -534,3 +534,40 @@ def test_sample_bounds_the_number_of_draws(tmp_path):
     r = CliRunner().invoke(main, ["sample", str(tmp_path), "--num", str(MAX_DRAWS + 1)])
     assert r.exit_code == 2 and f"1<=x<={MAX_DRAWS}" in r.output
     assert "Traceback" not in r.output
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+@pytest.mark.parametrize("args", [
+    ("train", "--target-ms", "1e308"),
+    ("train", "--set", "loss.form=target", "--set", "loss.target_ms=1e308"),
+    ("train", "--set", "loss.alpha=1e300"),
+    ("profile", "--space", "tiny", "--extra-time", "1e9"),
+])
+def test_numbers_too_large_to_compute_with_are_refused_with_the_bound(tmp_path, args):
+    """--target-ms 1e308 overflowed the budget's arithmetic (OverflowError in budget.py,
+    ValueError in window.py); every float option and config key gets the one bound check."""
+    started = time.monotonic()
+    r = cli(*args, "--out", tmp_path / "out")
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert "must be at most" in r.output
+    why = {"1e308": "1000 s per image", "1e300": "largest float32", "1e9": "a week"}
+    assert why[args[-1].split("=")[-1]] in r.output
+    _fast(started)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_budget_too_large_is_refused_by_sample_and_by_the_budget_itself(tmp_path, space,
+                                                                         tiny_lut_file):
+    from fbnas.config import MAX_BUDGET_MS, Budget
+
+    run = make_run(tmp_path, space, tiny_lut_file)
+    r = cli("sample", run, "--hard", "--target-ms", "1e308")
+    assert r.exit_code == 2 and "at most 1e+06 ms" in r.output and "Traceback" not in r.output
+    assert not (run / "arch.json").exists()
+    with pytest.raises(UsageError, match="1000 s per image"):
+        Budget(MAX_BUDGET_MS * 1.01)
+    assert Budget(MAX_BUDGET_MS).us == MAX_BUDGET_MS * 1000
+    r = cli("sample", run, "--hard", "--target-ms", MAX_BUDGET_MS, "--name", "any")
+    assert r.exit_code == 0, r.output

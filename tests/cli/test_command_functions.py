@@ -18,10 +18,12 @@ from fbnas.search.sample_file import sample_to_file
 
 
 def test_run_config_takes_typed_options_and_leaves_out_those_not_given(tmp_path):
-    cfg = run_config("tiny", tmp_path / "run", overrides=("run.seed=4",), download=True,
+    cfg = run_config("tiny", tmp_path / "run", overrides=("run.seed=3",), download=True,
                      options={"data.dir": "2024", "run.seed": 3, "search.epochs": None})
     assert cfg.data.dir == "2024" and cfg.data.download is True
-    assert cfg.run.seed == 4  # --set wins over a named option
+    assert cfg.run.seed == 3  # --set may repeat a named option's value
+    with pytest.raises(UsageError, match="--set 'run.seed=4' contradicts --seed"):
+        run_config("tiny", tmp_path / "run", overrides=("run.seed=4",), options={"run.seed": 3})
     assert cfg.search.epochs == 2  # the file's, as the option was not given
     with pytest.raises(UsageError, match="pick one"):
         run_config("tiny", tmp_path / "run", resume=True, force=True)

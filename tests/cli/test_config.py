@@ -155,10 +155,29 @@ def test_options_are_typed_values_never_parsed_as_yaml(tmp_path):
 
 
 def test_options_sit_between_the_file_and_set():
-    cfg = load_config("tiny", ["data.dir=from-set"],
-                      options={"data.dir": "from-option", "search.epochs": 7})
+    cfg = load_config("tiny", ["data.dir=from-set"], options={"search.epochs": 7})
     assert cfg.data.dir == "from-set" and cfg.search.epochs == 7
     assert load_config("tiny").search.epochs != 7
+
+
+@pytest.mark.parametrize("overrides, options, message", [
+    (["loss.target_ms=3"], {"loss.form": "target", "loss.target_ms": 1.5},
+     r"--set 'loss.target_ms=3' contradicts --target-ms, which sets loss.target_ms to 1.5"),
+    (["loss.form=paper"], {"loss.form": "target", "loss.target_ms": 1.5},
+     "contradicts --target-ms, which sets loss.form to 'target'"),
+    (["loss={target_ms: 3}"], {"loss.target_ms": 1.5}, "contradicts --target-ms"),
+    (["data.dir=b"], {"data.dir": "a"}, "contradicts --data-dir"),
+    (["search.epochs=4"], {"search.epochs": 3}, "contradicts --epochs"),
+])
+def test_a_set_that_contradicts_a_named_option_is_refused(overrides, options, message):
+    """--set once silently overrode the option, so fbnas pick --target-ms 1.5 --set
+    loss.target_ms=3 searched under 3 ms and named the result after 1.5."""
+    with pytest.raises(UsageError, match=message):
+        load_config(None, overrides, options=options)
+    same = [o.replace("3", "1.5").replace("paper", "target").replace("=b", "=a") for o in
+            overrides]
+    if "epochs" not in overrides[0]:  # the same value twice is no contradiction
+        load_config(None, same, options=options)
 
 
 @pytest.mark.parametrize("options, message", [
