@@ -29,8 +29,10 @@ test: install
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
 
-# The main job: reuse (or measure) the fbnet_cifar table, search on the CIFAR-10 subset,
-# sample the argmax architecture, then time it against the table's prediction.
+# The main job: reuse (or measure) the fbnet_cifar table, search on the CIFAR-10 subset with
+# the bundled budget recipe cut to a few minutes (configs/demo.yaml, on top of
+# fbnas/configs/budget.yaml), sample the argmax architecture, then time it against the
+# table's prediction.
 demo: install
 	@test -f $(LUT) || $(FBNAS) profile --space fbnet_cifar --out $(LUT) --check 50
 	$(FBNAS) train --config configs/demo.yaml --lut $(LUT) --data-dir $(DATA) --out runs/demo --force

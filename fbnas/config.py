@@ -437,6 +437,9 @@ class Budget:
 
     def __post_init__(self) -> None:
         ms = self.ms
+        if ms is None:
+            raise UsageError("a budget search (loss.form: target) needs a latency budget: give "
+                             "--target-ms MS (or set loss.target_ms)")
         if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms) \
                 or ms <= 0:
             raise UsageError("the latency budget (loss.target_ms of loss.form=target, or "

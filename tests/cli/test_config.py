@@ -117,6 +117,45 @@ def test_repository_configs_are_the_bundled_ones_on_the_shared_subset():
     assert (macro.loss, macro.data) == (demo.loss, demo.data)
 
 
+def flat(values: dict, prefix: str = "") -> dict:
+    """A config dict as {dotted key: value}."""
+    out = {}
+    for k, v in values.items():
+        out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k: v})
+    return out
+
+
+def changed(cfg, base) -> dict:
+    """The keys where ``cfg`` differs from ``base``, with ``cfg``'s values."""
+    a, b = flat(cfg.to_dict()), flat(base.to_dict())
+    return {k: v for k, v in a.items() if b[k] != v}
+
+
+def test_the_bundled_budget_recipe_is_the_measured_one_for_any_space():
+    # what fbnas/configs/budget.yaml sets over the defaults: no space, table, data folder,
+    # budget or threads, so that it runs with any space (docs/search.md, The budget recipe)
+    budget = load_config("budget", ["loss.target_ms=1.5"])  # a budget it leaves to the user
+    assert changed(budget, load_config()) == {"loss.target_ms": 1.5,
+        "search.epochs": 8, "search.warmup_epochs": 4, "search.mode": "hard",
+        "search.alternation": "step", "search.final_theta_steps": 16,
+        "search.evaluate_every": 4, "search.theta_estimator": "reinforce", "search.rerank": 64,
+        "search.rerank_by": "naswot_and_theta", "loss.form": "target",
+        "optim.weights.lr": 0.05, "optim.weights.warmup_epochs": 0.5, "optim.theta.lr": 0.05,
+        "optim.theta.final_lr": 0.0}
+    # the NAS-Bench-Macro search adds this checkout's paths and its space's two settings; the
+    # demo cuts the recipe to a few minutes and checks as fbnet_cifar was measured
+    assert changed(load_config(REPO / "configs" / "macro.yaml"), budget) == {
+        "space": "nasbench_macro", "lut": "lookup_tables/nasbench_macro_ort.json",
+        "data.dir": "../shared/data/cifar10-subset", "search.shared_weights": True,
+        "search.rerank": 256, "loss.target_ms": 1.0, "run.threads": 2}
+    with pytest.raises(UsageError, match="needs a latency budget: give --target-ms"):
+        load_config("budget")
+    assert changed(load_config(REPO / "configs" / "demo.yaml"), budget) == {
+        "data.dir": "../shared/data/cifar10-subset", "search.epochs": 3, "search.warmup_epochs": 1, "search.final_theta_steps": 0,
+        "search.rerank": 8, "search.rerank_by": "top1_and_macs", "search.evaluate_every": 1,
+        "loss.target_ms": 1.0, "optim.theta.final_lr": None, "run.threads": 2}
+
+
 def test_base_is_merged_beneath_and_relative_to_the_file(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "mine.yaml").write_text(

@@ -1,6 +1,6 @@
 """The package as a user installs it: build the wheel, install it into a fresh environment,
-and run `fbnas profile --space tiny` and `fbnas summary fbnet_c` from a folder outside the
-checkout.
+and run `fbnas profile --space tiny`, `fbnas summary fbnet_c` and a one-epoch search with the
+bundled budget recipe from a folder outside the checkout.
 
 The fresh environment gets fbnas from the wheel only; its dependencies (torch and the rest)
 come from this interpreter's site-packages through a .pth file, so nothing is downloaded.
@@ -8,6 +8,7 @@ Neither the checkout nor an editable install of it is on the fresh environment's
 """
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -50,12 +51,13 @@ def dependency_dirs() -> list[str]:
             and not (Path(p) / "fbnas").exists()]
 
 
-def test_wheel_installs_and_profiles_from_another_folder(tmp_path):
+def test_wheel_installs_and_profiles_from_another_folder(tmp_path, cifar_subset):
     wheel = build_wheel(tmp_path)
     assert wheel.name == f"fbnas-{fbnas.__version__}-py3-none-any.whl"
     names = zipfile.ZipFile(wheel).namelist()
     for f in ("fbnas/spaces/tiny.yaml", "fbnas/spaces/fbnet_cifar.yaml",
               "fbnas/configs/tiny.yaml", "fbnas/configs/fbnet_cifar.yaml",
+              "fbnas/configs/budget.yaml",
               "fbnas/archs/fbnet_a.json", "fbnas/archs/fbnet_b.json", "fbnas/archs/fbnet_c.json"):
         assert f in names, f
     # every module of every subpackage: a subpackage the package finder missed would only
@@ -82,6 +84,7 @@ def test_wheel_installs_and_profiles_from_another_folder(tmp_path):
     assert fbnas.__version__ in r.stdout
     r = sh(fbnas_script, "profile", "--space", "tiny", "--runtime", "eager", "--out", "tiny.json",
            "--rounds", 1, "--extra-time", 0, "--block-time", 0.001, cwd=work, env=env)
+    table_out = r.stdout
     table = json.loads((work / "tiny.json").read_text())
     assert table["space"]["name"] == "tiny" and len(table["layers"]) == 4
     assert "fastest non-skip" in r.stdout
@@ -93,3 +96,13 @@ def test_wheel_installs_and_profiles_from_another_folder(tmp_path):
            cwd=work, env=env, ok=False)
     assert r.returncode == 1 and "Traceback" not in r.stderr + r.stdout
     assert "data/cifar10 does not exist" in r.stderr + r.stdout and "--data-dir" in r.stderr
+    # the bundled budget recipe on a bundled space other than the one it was measured on:
+    # one epoch (its warm-up set to none) under a budget halfway across the table's range
+    low, high = map(float, re.search(r"network latency by the table: ([\d.]+) \.\. ([\d.]+) ms",
+                                     table_out).groups())
+    r = sh(fbnas_script, "train", "--config", "budget", "--space", "tiny", "--lut", "tiny.json",
+           "--target-ms", f"{(low + high) / 2:.3f}", "--data-dir", cifar_subset, "--epochs", 1,
+           "--set", "search.warmup_epochs=0", "--threads", 1, "--out", "budget", cwd=work,
+           env=env)
+    assert "best NASWOT and theta of the" in r.stdout, r.stdout[-2000:]
+    assert "done: 1 epochs" in r.stdout and (work / "budget" / "config.yaml").is_file()
