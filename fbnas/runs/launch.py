@@ -21,7 +21,8 @@ from fbnas.machine import keep_freed_memory
 from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.runs.dist import DistInfo, init_from_env, peer_failed, run_on_main, shutdown
 from fbnas.runs.logs import run_log
-from fbnas.runs.rundir import RunLock, RunPaths, check_run_dir, start_run_dir
+from fbnas.runs.rundir import (RunLock, RunPaths, check_own_checkpoint, check_run_dir,
+                               start_run_dir)
 from fbnas.runs.trainer import Trainer
 
 
@@ -85,6 +86,8 @@ def launch(trainer_cls: type[Trainer], cfg: Config, out: str | Path, resume: boo
                 run_on_main(lambda: download_cifar10(cfg.data.dir), info, collectives)
             anchor_data_paths(cfg)
             ckpt = load_checkpoint(paths.last, trainer_cls.kind) if resume else None
+            if ckpt is not None:
+                check_own_checkpoint(paths, ckpt)
             trainer = trainer_cls(cfg, paths, info, device, ckpt)
 
             def start() -> None:

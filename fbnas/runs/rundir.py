@@ -5,7 +5,9 @@ A run directory holds everything needed to resume a run, sample from it and read
 without the files it was started from: ``config.yaml`` (the resolved config),
 ``metrics.jsonl`` (one JSON line per finished epoch, the figures of the epoch line),
 ``train.log``, ``tensorboard/``, ``pictures/`` and ``checkpoints/last.pt``, plus the files a
-kind of run keeps for itself (a search's copy of its lookup table: fbnas.search.table).
+kind of run keeps for itself (a search's copy of its lookup table: fbnas.search.table), and
+``run_id``, the run's identity, which every checkpoint it writes records too: a resume refuses
+a ``last.pt`` of another run (:func:`check_own_checkpoint`).
 
 The folder is checked before a run sets up (so a bad ``--out`` fails at once) but created only
 after the set-up succeeded, so that a run refused for bad input leaves nothing behind.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +59,59 @@ class RunPaths:
     @property
     def last(self) -> Path:
         return self.root / LAST
+
+    @property
+    def run_id(self) -> Path:
+        return self.root / "run_id"
+
+
+def new_run_id() -> str:
+    """A fresh run's identity: 16 random hex digits, unique among any runs one user keeps."""
+    return secrets.token_hex(8)
+
+
+def write_run_id(paths: RunPaths, run_id: str) -> None:
+    """RUN_DIR/run_id: the identity a resume compares its checkpoint's with."""
+    atomic_write(paths.run_id, lambda p: p.write_text(run_id + "\n"))
+
+
+def check_own_checkpoint(paths: RunPaths, ckpt: dict) -> None:
+    """Refuse to resume from a ``last.pt`` that another run wrote, before anything is
+    written: a checkpoint of another run on the same table (another seed), copied over this
+    run's, resumed silently as that run, rewriting config.yaml and metrics.jsonl and mixing
+    both in train.log. A run folder from before run ids (no RUN_DIR/run_id) resumes
+    unchecked, and takes an id from then on."""
+    try:
+        mine = paths.run_id.read_text(errors="replace").strip()
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise FbnasError(f"cannot read {paths.run_id}: {e.strerror}") from None
+    theirs = ckpt.get("run_id")
+    if theirs == mine:
+        return
+    seeds = _seed_of(ckpt.get("config")), _seed_of(_saved_config(paths))
+    seed = (f" (seed {seeds[0]}, this run's {seeds[1]})"
+            if None not in seeds and seeds[0] != seeds[1] else "")
+    whose = f"run {theirs[:32]}" if isinstance(theirs, str) else "a run without an id"
+    raise FbnasError(f"cannot resume: {paths.last} is not this run's checkpoint: it was "
+                     f"written by {whose}{seed}, and {paths.root} holds run {mine[:32]}; put "
+                     "back this run's checkpoint, or start over with --force")
+
+
+def _saved_config(paths: RunPaths) -> dict | None:
+    """The config.yaml a run wrote, or None where it is missing or unreadable."""
+    from fbnas.io import load_yaml
+
+    try:
+        return load_yaml(paths.config, "run config") if paths.config.is_file() else None
+    except FbnasError:
+        return None
+
+
+def _seed_of(config) -> object:
+    run = config.get("run") if isinstance(config, dict) else None
+    return run.get("seed") if isinstance(run, dict) else None
 
 
 def check_run_dir(out: str | Path, resume: bool, force: bool) -> RunPaths:
@@ -167,7 +223,8 @@ def start_run_dir(paths: RunPaths, fresh: bool, own_files: tuple[str, ...] = ())
     if fresh:
         for p in (paths.checkpoints, paths.tensorboard, paths.pictures):
             shutil.rmtree(p, ignore_errors=True)
-        for p in (paths.config, paths.log, paths.metrics, *(paths.root / n for n in own_files)):
+        for p in (paths.config, paths.log, paths.metrics, paths.run_id,
+                  *(paths.root / n for n in own_files)):
             p.unlink(missing_ok=True)
     remove_stale_temporaries(paths)
     try:

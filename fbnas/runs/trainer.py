@@ -36,7 +36,7 @@ from fbnas.runs.dist import (DistInfo, align_grad_strides, all_reduce_sum, barri
                              sync_buffers)
 from fbnas.runs.health import epoch_warnings
 from fbnas.runs.loaders import load_run_data, skipped_files, train_batches
-from fbnas.runs.rundir import RunPaths, append_metrics, write_metrics
+from fbnas.runs.rundir import RunPaths, append_metrics, new_run_id, write_metrics, write_run_id
 from fbnas.runs.schedule import cosine_factor
 from fbnas.runs.stats import PhaseStats, StepFigures, across_ranks, step_figures
 
@@ -192,11 +192,15 @@ class Trainer:
         metrics.jsonl as far as the run got."""
         atomic_write(self.paths.config, lambda p: p.write_text(dump(self.cfg)))
         write_metrics(self.paths, self.history)
+        write_run_id(self.paths, self.run_id)
 
     # -- setup ---------------------------------------------------------------------------------
     def __init__(self, cfg: Config, paths: RunPaths, info: DistInfo, device: torch.device,
                  ckpt: dict | None):
         self.cfg, self.paths, self.info, self.device = cfg, paths, info, device
+        # the run's identity, kept in every checkpoint and in RUN_DIR/run_id (a run saved
+        # before ids existed takes one when resumed)
+        self.run_id = (ckpt or {}).get("run_id") or new_run_id()
         self.setup(ckpt)
         if ckpt is not None:
             check_resumable(ckpt, f"checkpoint {self.paths.last}", self.check_resume_parts)
@@ -315,7 +319,8 @@ class Trainer:
         return {
             "format": CHECKPOINT_FORMAT, "kind": self.kind, "epoch": self.epoch,
             "position": self.position, "global_step": self.global_step,
-            "config": self.cfg.to_dict(), "model": self.net.state_dict(),
+            "config": self.cfg.to_dict(), "run_id": self.run_id,
+            "model": self.net.state_dict(),
             "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
             "scheduler": self.scheduler.state_dict(),
             "rng_torch": torch.get_rng_state() if self.position else None,

@@ -216,8 +216,10 @@ class Search(Trainer):
                              f"{self.space.name} (hash {self.space.hash}); start over with "
                              "--force")
         if ckpt.get("lut_hash") != self.lut_hash:
-            raise FbnasError(f"cannot resume: lookup table {self.lut_path} differs from the one "
-                             f"the run started with ({ckpt.get('lut_path')})")
+            raise FbnasError(f"cannot resume: lookup table {self.lut_path} (hash "
+                             f"{self.lut_hash}) differs from the one the run started with "
+                             f"({ckpt.get('lut_path')}, hash {ckpt.get('lut_hash')}); put that "
+                             f"table back as {self.lut_path}, or start over with --force")
 
     def write_run_files(self) -> None:
         super().write_run_files()

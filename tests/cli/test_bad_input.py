@@ -272,6 +272,15 @@ def test_resume_from_checkpoint_lacking_theta(tmp_path, tiny_lut_file, space):
     assert_user_error(_resume(run), "lacks 'theta'")
 
 
+def test_resume_with_a_swapped_table_copy_names_the_fix(tmp_path, tiny_lut_file, space):
+    """The run's copy of its table replaced by another: refused, and the error said no fix."""
+    run = _resumable(tmp_path, tiny_lut_file, space)
+    (run / "lut.json").write_text(tiny_lut_file.read_text() + "\n")
+    assert_user_error(_resume(run), "cannot resume", "differs from the one the run started "
+                      "with", f"put that table back as {run / 'lut.json'}",
+                      "or start over with --force")
+
+
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_non_finite_theta_is_refused(tmp_path, tiny_lut_file, space, value):
     theta = peaked_theta(space, HARD)

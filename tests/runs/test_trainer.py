@@ -165,3 +165,34 @@ def test_resume_refuses_training_data_of_another_size(tmp_path):
                                          f"started with {TRAIN_PER_CLASS * 3} .*--force$"):
         run_retrain(cfg, tmp_path / "run", resume=True, echo=quiet)
     assert load_checkpoint(tmp_path / "run")["epoch"] == 1
+
+
+def test_resume_refuses_the_checkpoint_of_another_run(image_folder, tiny_arch, tmp_path):
+    """A last.pt of another run on the same data (another seed) copied over this run's
+    resumed silently as that run, rewriting config.yaml and metrics.jsonl and mixing both in
+    train.log; the resume refuses it and leaves every file as it was."""
+    import shutil
+
+    from fbnas.runs.run_config import run_config
+
+    for seed in (0, 1):
+        cfg = tiny_retrain(image_folder, tiny_arch, f"run.seed={seed}", "retrain.epochs=3")
+        run_retrain(cfg, tmp_path / f"seed{seed}", stop_after=1, echo=quiet)
+    mine, theirs = tmp_path / "seed0", tmp_path / "seed1"
+    assert (mine / "run_id").read_text() != (theirs / "run_id").read_text()
+    shutil.copyfile(theirs / "checkpoints" / "last.pt", mine / "checkpoints" / "last.pt")
+    before = {p.name: p.read_bytes() for p in mine.iterdir() if p.is_file()}
+    cfg = run_config(None, mine, resume=True)  # what fbnas retrain --resume builds
+    with pytest.raises(FbnasError, match=r"last.pt is not this run's checkpoint: it was "
+                                         r"written by run [0-9a-f]+ \(seed 1, this run's 0\).*"
+                                         r"put back this run's checkpoint, or start over "
+                                         r"with --force$") as e:
+        run_retrain(cfg, mine, resume=True, echo=quiet)
+    assert "\n" not in str(e.value)
+    assert {p.name: p.read_bytes() for p in mine.iterdir() if p.is_file()} == before
+    # its own checkpoint resumes, and a run folder from before run ids resumes unchecked
+    shutil.copyfile(theirs / "checkpoints" / "last.pt", tmp_path / "theirs.pt")
+    (theirs / "run_id").unlink()
+    assert run_retrain(run_config(None, theirs, resume=True), theirs, resume=True,
+                       echo=quiet)["epochs_done"] == 3
+    assert load_checkpoint(theirs)["run_id"] == (theirs / "run_id").read_text().strip()
