@@ -2,7 +2,8 @@
 
 Writes go to a temporary file in the same folder, fsync, then rename. Reads turn whatever a
 damaged or hostile file can do to a parser (truncation, a key given twice, an integer too long
-to convert, nesting deep enough to exhaust the interpreter's stack) into one-line errors.
+to convert, nesting deep enough to exhaust the interpreter's stack) into one-line errors; all
+JSON fbnas reads goes through :func:`parse_json`, all YAML through :func:`parse_yaml`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Callable
 
 import yaml
 
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, brief
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> None:
@@ -87,19 +88,49 @@ def write_json(path: str | Path, data: Any) -> None:
 
 
 def read_json(path: str | Path, what: str) -> Any:
-    """Read a JSON file; a missing, truncated or corrupted file is a one-line FbnasError."""
+    """Read a JSON file; a missing, truncated or corrupted file, or one that gives a key
+    twice, is a one-line FbnasError."""
     path = Path(path)
     if not path.is_file():
         raise FbnasError(f"{what} {path} does not exist")
     try:
-        return json.loads(path.read_text())
+        text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise FbnasError(f"cannot read {what} {path}: {e}") from None
+    return parse_json(text, f"{what} {path}")
+
+
+class _KeyTwice(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """A JSON object as a dict, refusing a key given twice (``json`` keeps the last one
+    silently: a table entry given twice was read with its second median)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _KeyTwice(key)
+        out[key] = value
+    return out
+
+
+def parse_json(text: str, what: str) -> Any:
+    """JSON text as Python objects, the one way fbnas reads JSON: a key given twice in an
+    object, invalid JSON, a number too long to convert or nesting too deep is a one-line
+    FbnasError naming ``what`` (the file)."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _KeyTwice as e:
+        raise FbnasError(f"{what} gives the key {brief(e.key)} twice in one object; keep "
+                         "one") from None
     except json.JSONDecodeError as e:
-        raise FbnasError(f"{what} {path} is not valid JSON (truncated or corrupted?) at line "
+        raise FbnasError(f"{what} is not valid JSON (truncated or corrupted?) at line "
                          f"{e.lineno}: {e.msg}") from None
     except (ValueError, RecursionError) as e:
-        raise _beyond_parser(f"{what} {path}", e) from None
+        raise _beyond_parser(what, e) from None
 
 
 def _beyond_parser(what: str, e: Exception) -> FbnasError:

@@ -20,14 +20,13 @@ walks a definition layer by layer (:func:`layer_rows`) and compares two of them
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fbnas.arch.ops import out_size
 from fbnas.errors import FbnasError
-from fbnas.io import read_json, write_json
+from fbnas.io import parse_json, read_json, write_json
 from fbnas.resources import JSON_SUFFIXES, bundled, names_a_file
 
 SCHEMA = "fbnas.arch/1"
@@ -66,7 +65,8 @@ def read_arch_file(path: str | Path) -> dict:
         if str(path) not in archs:
             raise FbnasError(f"architecture file {path} does not exist, and no bundled "
                              f"architecture has that name ({', '.join(archs) or 'none'})")
-        data = json.loads(archs[str(path)].read_text(encoding="utf-8"))
+        data = parse_json(archs[str(path)].read_text(encoding="utf-8"),
+                          f"bundled architecture file {path}")
     else:
         data = read_json(path, "architecture file")
     if isinstance(data, dict) and "architectures" not in data and "blocks" in data:

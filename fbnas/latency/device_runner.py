@@ -413,6 +413,23 @@ def sha256_of(path):
     return h.hexdigest()
 
 
+class KeyTwice(ValueError):
+    def __init__(self, key):
+        ValueError.__init__(self, key)
+        self.key = key
+
+
+def unique_keys(pairs):
+    """A JSON object as a dict, refusing a key given twice, which ``json`` would read
+    silently with its last value (fbnas reads its own JSON the same way: fbnas.io)."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise KeyTwice(key)
+        out[key] = value
+    return out
+
+
 def read_manifest(bundle):
     path = os.path.join(bundle, "manifest.json")
     try:
@@ -422,7 +439,10 @@ def read_manifest(bundle):
         raise RunnerError("cannot read %s (%s): run this script from its bundle folder, or "
                           "pass --bundle DIR" % (path, e.strerror))
     try:
-        manifest = json.loads(raw.decode("utf-8"))
+        manifest = json.loads(raw.decode("utf-8"), object_pairs_hook=unique_keys)
+    except KeyTwice as e:
+        raise RunnerError("%s gives the key %s twice in one object (edited?); copy the bundle "
+                          "again" % (path, repr(e.key)[:80]))
     except (UnicodeDecodeError, ValueError):
         raise RunnerError("%s is not valid JSON (truncated or corrupted?); copy the bundle "
                           "again" % path)

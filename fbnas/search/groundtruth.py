@@ -14,7 +14,6 @@ The file is a JSON object keyed by 8 digits, layer 1 first: 0 ``skip``, 1 ``k3_e
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from fbnas.errors import FbnasError
+from fbnas.io import parse_json
 
 #: the candidate each digit of a key stands for (the space's candidate order)
 DIGITS = ("skip", "k3_e3", "k5_e6")
@@ -69,7 +69,7 @@ def load_truth(path: str | Path, layers: int = LAYERS) -> Truth:
         raise FbnasError(f"NAS-Bench-Macro file {path} does not exist; pass the folder that "
                          "holds nas-bench-macro_cifar10.json")
     try:
-        raw = json.loads(path.read_text())
+        raw = parse_json(path.read_text(), f"NAS-Bench-Macro file {path}")
         acc = {k: float(v["mean_acc"]) for k, v in raw.items()}
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise FbnasError(f"{path} is not a NAS-Bench-Macro file ({e}); pass the benchmark's "

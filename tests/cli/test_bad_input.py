@@ -181,6 +181,46 @@ def test_unreadable_numbers_and_nesting_in_a_table_or_definition(tmp_path, text,
     assert_user_error(cli("summary", path), "t.json", what)
 
 
+def _key_twice(data: dict, section: str) -> str:
+    """JSON text of ``data`` whose object ``section`` gives its first key a second time, with
+    another value, after the others (json.loads keeps the last one)."""
+    key, value = next(iter(data[section].items()))
+    text = json.dumps(data)
+    other = json.dumps({key: "changed" if not isinstance(value, dict) else {**value,
+                                                                            "median": 1.0}})
+    at = text.index(f'"{section}": {{') + len(f'"{section}": {{')
+    return text[:at] + other[1:-1] + ", " + text[at:]
+
+
+def test_a_key_given_twice_in_any_json_file_is_refused(tmp_path, tiny_lut_data, space,
+                                                       tiny_lut_file):
+    """A table entry given twice was read silently with its last value; every JSON file
+    fbnas reads (tables, device results, architecture files, manifests) is refused instead."""
+    from fbnas.io import parse_json
+    from fbnas.latency import device_runner as runner
+    from fbnas.search.groundtruth import load_truth
+
+    table = tmp_path / "t.json"
+    table.write_text(_key_twice(tiny_lut_data, "entries"))
+    key = next(iter(tiny_lut_data["entries"]))
+    assert_user_error(cli("show-lut", table), "t.json", f"gives the key {key!r} twice",
+                      "keep one")
+    arch = _arch(tmp_path, space, tiny_lut_file)
+    defn = read_json(arch, "arch")
+    arch.write_text(_key_twice(defn, "input"))
+    assert_user_error(cli("summary", arch), "arch.json", "twice")
+    bench = tmp_path / "nas-bench-macro_cifar10.json"
+    bench.write_text('{"00000000": {"mean_acc": 90}, "00000000": {"mean_acc": 91}}')
+    with pytest.raises(FbnasError, match="nas-bench-macro_cifar10.json gives the key "
+                                         "'00000000' twice"):
+        load_truth(tmp_path)
+    with pytest.raises(FbnasError, match=r"x gives the key 'a' twice"):
+        parse_json('[{"b": {"a": 1, "a": 1}}]', "x")  # nested, and even with one value
+    (tmp_path / "manifest.json").write_text('{"schema": "a", "schema": "b"}')
+    with pytest.raises(runner.RunnerError, match="manifest.json gives the key 'schema' twice"):
+        runner.read_manifest(str(tmp_path))
+
+
 def test_a_table_of_absurd_medians_is_refused(tmp_path, tiny_lut_data):
     """1e308 us entries summed to "inf .. inf ms"."""
     def absurd(d):
