@@ -277,8 +277,7 @@ def recipe_of(cfg, alternatives: bool = False, by: str | None = None,
         steps += f" (theta lr falling to {final_lr:g} over the last epoch)"
     lo = cfg.loss
     if lo.target_penalty == "multiplier":
-        pace = " at theta's pace" if lo.multiplier_pace == "theta" else ""
-        steps += f" (multiplier penalty, lr {lo.multiplier_lr:g}{pace})"
+        steps += f" (multiplier penalty, lr {lo.multiplier_lr:g})"
     elif lo.target_weight != 1.0:
         steps += f" (penalty weight {lo.target_weight:g})"
     by = s.rerank_by if by is None else by

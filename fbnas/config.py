@@ -163,12 +163,8 @@ class SearchConfig:
     # the last; the epochs between then cost no evaluation (nothing the search decides
     # reads those scores, and each costs two BN re-estimations and two val passes)
     evaluate_every: int = 1
-    # hard mode, theta steps: "all" runs every candidate so that the straight-through
-    # gradient reaches each candidate's theta (the cost of a soft step); "sampled" runs only
-    # the sampled one (the cost of a hard step), whose gradient barely tells candidates apart
-    theta_gradient: str = _choices("all", "sampled", default="all")
     # how a theta step weights a layer's candidates: "softmax", softmax(theta) without noise
-    # (a deterministic relaxation, as DARTS's), at the cost of theta_gradient=all; "gumbel",
+    # (a deterministic relaxation, as DARTS's), at the cost of running every candidate; "gumbel",
     # the Gumbel sample of search.mode (the paper); why softmax is the default:
     # docs/search.md, Supernet
     theta_relaxation: str = _choices("gumbel", "softmax", default="softmax")
@@ -177,10 +173,6 @@ class SearchConfig:
     # theta_paths sampled networks forwards only and weights their log-probability by their
     # reward against a moving average (TuNAS; see fbnas/search/reinforce.py)
     theta_estimator: str = _choices("relaxed", "reinforce", default="relaxed")
-    # which network a weight step trains: "theta", a sample of search.mode's relaxation (the
-    # paper); "uniform", one network drawn uniformly, every layer a single candidate, so every
-    # network keeps training whatever theta prefers (single-path one-shot, SPOS and FairNAS)
-    weight_sampling: str = _choices("theta", "uniform", default="theta")
     theta_paths: int = 1
     # what a REINFORCE reward is compared with: "moving_average" of past steps' rewards
     # (TuNAS), or "leave_one_out", the mean reward of the step's other theta_paths networks on
@@ -231,12 +223,6 @@ class LossConfig:
     # (see fbnas/search/window.py, ops_in_window); 0: the most probable one under T
     target_floor: float = 0.9
     multiplier_lr: float = 0.1
-    # how fast the multiplier moves: "fixed" moves it by multiplier_lr every theta step, so as
-    # theta's rate falls to zero it runs away and pushes the layers still undecided; "theta"
-    # scales its step by theta's current rate over optim.theta.lr and divides it among the
-    # extra theta steps of the last epoch, so it settles as theta does. On NAS-Bench-Macro
-    # "theta" decided theta in 15 searches of 16 but found worse networks (docs/search.md)
-    multiplier_pace: str = _choices("fixed", "theta", default="fixed")
 
 
 @dataclass
@@ -381,6 +367,10 @@ def _coerce(value: Any, tp: Any, key: str, f: dataclasses.Field) -> Any:
 def _build(cls, values: dict, prefix: str = ""):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - set(fields))
+    for key in unknown:
+        removed = _REMOVED.get((prefix.rstrip("."), key))
+        if removed:
+            raise UsageError(f"config key {prefix}{key} was removed ({removed[1]}); drop it")
     if unknown:
         raise UsageError(f"unknown config key {prefix}{unknown[0]}; known keys under "
                          f"{prefix or 'the top level'}: {', '.join(fields)}")
@@ -577,11 +567,22 @@ def from_dict(values: dict) -> Config:
     return validate(_build(Config, values))
 
 
-# keys that earlier versions wrote into run configs and that no longer mean anything: a run
-# started with them still resumes (loss.target_exponent: the target form was once
-# CE * max(1, LAT/T)^exponent; docs/search.md says why it went).
-# Only saved configs are forgiven; a user's file naming them is refused like any unknown key.
-_RETIRED = {"loss": ("target_exponent",)}
+# keys earlier versions had and this one removed: (section, key) -> (the value that does what
+# this version does, None where no value does; why it went). A user's file naming one is
+# refused with why; a saved run's config drops it, and a resume refuses a run that set one to
+# anything else, which this version would continue differently.
+_REMOVED = {
+    ("loss", "target_exponent"): (None, "the target form was once CE * max(1, LAT/T)^exponent; "
+                                        "docs/search.md, Loss, says why it went"),
+    ("search", "weight_sampling"): ("theta", "weight steps on uniformly drawn networks found "
+                                             "worse networks than on theta's samples; "
+                                             "docs/results.md"),
+    ("search", "theta_gradient"): ("all", "a hard theta step running only the sampled "
+                                          "candidate moves theta by the latency term alone; "
+                                          "docs/search.md, Supernet"),
+    ("loss", "multiplier_pace"): ("fixed", "the multiplier at theta's pace found worse networks "
+                                           "than at the fixed pace; docs/results.md"),
+}
 
 # values that earlier versions wrote into run configs under another name: (section, key) ->
 # {old: new}. search.cost "flops" counted torch's FLOPs, 2 per multiply-add; a resumed run
@@ -602,14 +603,20 @@ _ADDED = {("loss", "target_on"): "sample", ("retrain", "zero_init_residual"): Fa
           ("search", "rerank"): 0, ("search", "rerank_by"): "top1"}
 
 
-def from_saved(values: dict) -> Config:
-    """The config a checkpoint recorded, less the keys this version retired and with the
-    values it renamed under their new names."""
+def from_saved(values: dict, resuming: bool = False) -> Config:
+    """The config a checkpoint recorded, less the keys this version removed and with the
+    values it renamed under their new names; ``resuming``: refuse a removed key set to other
+    than what this version does, as a resume would not continue that run."""
     values = copy.deepcopy(values)
-    for section, keys in _RETIRED.items():
-        if isinstance(values.get(section), dict):
-            for k in keys:
-                values[section].pop(k, None)
+    for (section, key), (kept, why) in _REMOVED.items():
+        part = values.get(section)
+        if not isinstance(part, dict) or key not in part:
+            continue
+        value = part.pop(key)
+        if resuming and kept is not None and value != kept:
+            raise UsageError(f"this run was started with {section}.{key}: {value}, which this "
+                             f"version of fbnas removed ({why}); it cannot be continued the "
+                             "same way: start a new run")
     for (section, key), names in _RENAMED.items():
         part = values.get(section)
         if isinstance(part, dict) and isinstance(part.get(key), str) and part[key] in names:

@@ -256,4 +256,5 @@ def resume_config(out: str | Path) -> dict:
     """The config a run in ``out`` was started with (to continue it with the same settings)."""
     from fbnas.config import from_saved
 
-    return from_saved(load_checkpoint(RunPaths(Path(out)).last)["config"]).to_dict()
+    return from_saved(load_checkpoint(RunPaths(Path(out)).last)["config"],
+                      resuming=True).to_dict()

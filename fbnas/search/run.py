@@ -84,13 +84,12 @@ def search_loss(cfg: Config, budget: Budget | None, ce: torch.Tensor, cost: torc
     return paper_loss(ce, cost, lo.alpha, lo.beta)
 
 
-def next_multiplier(cfg: Config, budget: Budget, net, multiplier: float,
-                    pace: float = 1.0) -> float:
+def next_multiplier(cfg: Config, budget: Budget, net, multiplier: float) -> float:
     """The multiplier after a theta step: dual ascent on the argmax network's latency, the
     network whose latency the penalty charges (and, under ``target_on: sample``, still the
-    one the search is steered by), at ``pace`` times ``loss.multiplier_lr``."""
+    one the search is steered by), at ``loss.multiplier_lr``."""
     return multiplier_step(multiplier, net.cost_of(net.argmax_ops()), budget.us,
-                           cfg.loss.multiplier_lr * pace)
+                           cfg.loss.multiplier_lr)
 
 
 def penalised_cost(cfg: Config, net, cost: torch.Tensor) -> torch.Tensor:
@@ -385,26 +384,11 @@ class Search(Trainer):
         if phase != "theta":
             return
         if uses_multiplier(self.cfg):
-            self.multiplier = next_multiplier(self.cfg, self.budget, self.net, self.multiplier,
-                                              self.multiplier_pace())
+            self.multiplier = next_multiplier(self.cfg, self.budget, self.net, self.multiplier)
         track, ops = self.argmax_track, self.net.argmax_ops()
         track["steps"] += 1
         if ops != track["ops"]:
             track.update(ops=ops, changed=track["steps"])
-
-    def multiplier_pace(self) -> float:
-        """The multiplier's step this theta step, as a share of ``loss.multiplier_lr``.
-
-        Under ``multiplier_pace: theta`` it is theta's rate over ``optim.theta.lr`` divided by
-        the theta steps a weight step over ``search.theta_steps``: 1 wherever theta runs at
-        its base pace, and in a last epoch with more theta steps at a falling rate, the same
-        push per weight step, falling with the rate. A multiplier moved at full pace there
-        keeps growing once theta can no longer move the argmax across the budget, and its
-        push then flips the layers still undecided (docs/search.md, Loss)."""
-        if self.cfg.loss.multiplier_pace == "fixed":
-            return 1.0
-        rate = self.theta_lr(self.epoch, self.position) / self.cfg.optim.theta.lr
-        return rate * self.cfg.search.theta_steps / self.theta_steps(self.epoch)
 
     def argmax_stable(self) -> float | None:
         """The share of this epoch's theta steps, counted back from its end, over which the
@@ -467,15 +451,12 @@ class Search(Trainer):
         if phase == "theta" and s.theta_estimator == "reinforce":
             return self.reinforce_loss(x, y)
         mode = theta_step_mode(self.cfg) if phase == "theta" else s.mode
-        every = mode == "hard" and phase == "theta" and s.theta_gradient == "all"
+        # a hard theta step runs every candidate, weighted by the one-hot sample, so that the
+        # straight-through gradient reaches each candidate's theta (docs/search.md, Supernet)
+        every = mode == "hard" and phase == "theta"
         self._weights_need_grad(phase == "weights")
-        if phase == "weights" and s.weight_sampling == "uniform":
-            # one network drawn uniformly, transitions included (single-path one-shot, SPOS)
-            path = [int(torch.randint(len(l.candidates), ())) for l in self.net.layers]
-            logits, cost = self.model(x, path=path)
-        else:
-            logits, cost = self.model(x, tau=temperature(self.cfg, epoch), mode=mode,
-                                      per_sample=s.per_sample, all_candidates=every)
+        logits, cost = self.model(x, tau=temperature(self.cfg, epoch), mode=mode,
+                                  per_sample=s.per_sample, all_candidates=every)
         ce = F.cross_entropy(logits, y, reduction="none" if cost.dim() else "mean")
         loss, factor = search_loss(self.cfg, self.budget, ce,
                                    penalised_cost(self.cfg, self.net, cost), self.multiplier)

@@ -47,12 +47,30 @@ def test_file_then_overrides(tmp_path):
     ("search.reinforce_momentum=1", r"search.reinforce_momentum must be in \[0, 1\)"),
     ("search.reinforce_baseline=leave_one_out", "needs search.theta_paths of at least 2"),
     ("search.theta_estimator=policy", "search.theta_estimator must be one of relaxed, reinforce"),
-    ("search.weight_sampling=all", "search.weight_sampling must be one of theta, uniform"),
+    ("search.weight_sampling=uniform", "config key search.weight_sampling was removed "
+                                       r"\(weight steps on uniformly drawn .*\); drop it"),
+    ("search.theta_gradient=all", "config key search.theta_gradient was removed"),
+    ("loss.multiplier_pace=theta", "config key loss.multiplier_pace was removed"),
+    ("loss.target_exponent=2", "config key loss.target_exponent was removed"),
     ("search.rerank=65", "search.rerank must be from 0 to 64 .the networks scored one-shot"),
 ])
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(UsageError, match=message):
         load_config(None, [override])
+
+
+def test_a_saved_run_with_a_removed_key_reads_but_resumes_only_as_this_version_runs():
+    from fbnas.config import from_saved
+
+    saved = load_config(None).to_dict()
+    saved["search"].update(weight_sampling="theta", theta_gradient="all")
+    saved["loss"].update(multiplier_pace="fixed", target_exponent=2.0)
+    assert from_saved(saved, resuming=True).to_dict() == load_config(None).to_dict()
+    saved["search"]["weight_sampling"] = "uniform"
+    assert from_saved(saved).search.mode == "soft"  # sampling it reads it
+    with pytest.raises(UsageError, match="started with search.weight_sampling: uniform, which "
+                                         "this version of fbnas removed .*start a new run"):
+        from_saved(saved, resuming=True)
 
 
 def test_a_check_with_few_or_no_one_shot_passes_may_list_hundreds_of_networks():

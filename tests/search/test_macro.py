@@ -292,9 +292,6 @@ def test_a_rows_recipe_names_what_decides_the_search():
     anneal = "(12 a weight step in the last epoch) (theta lr falling to 0 over the last epoch)"
     assert earlier("loss.target_penalty=multiplier") == \
         f"8 epochs, reinforce theta steps {anneal} (multiplier penalty, lr 0.1), check by naswot"
-    assert earlier("loss.target_penalty=multiplier", "loss.multiplier_pace=theta") == \
-        f"8 epochs, reinforce theta steps {anneal} (multiplier penalty, lr 0.1 at theta's " \
-        "pace), check by naswot"
     assert earlier("loss.target_weight=0.3") == \
         f"8 epochs, reinforce theta steps {anneal} (penalty weight 0.3), check by naswot"
 

@@ -129,16 +129,14 @@ def test_budget_multiplier_moves_with_the_error_and_resumes_exactly(
 def test_reinforce_theta_steps_with_uniform_paths_train_theta_and_resume_exactly(
         tmp_path, tiny_lut_file, tiny_lut_data, monkeypatch, ctrl_c_after, baseline):
     """search.theta_estimator=reinforce moves theta from sampled networks' rewards against a
-    moving-average baseline or each other (leave one out), with weight steps on uniformly
-    drawn networks; the moving average is checkpointed, so a Ctrl-C after a theta step
+    moving-average baseline or each other (leave one out); the moving average is checkpointed, so a Ctrl-C after a theta step
     resumes to the same theta and weights, and every theta epoch records how long its argmax
     held."""
     budget = round(1.5 * _fastest_ms(tiny_lut_data), 6)
     cfg = small_config(tiny_lut_file, **{
         "loss.form": "target", "loss.target_ms": budget, "search.mode": "hard",
         "search.theta_estimator": "reinforce", "search.theta_paths": 2,
-        "search.reinforce_baseline": baseline,
-        "search.weight_sampling": "uniform", "optim.theta.lr": 0.1})
+        "search.reinforce_baseline": baseline, "optim.theta.lr": 0.1})
     full = run_search(cfg, tmp_path / "full", echo=quiet)
     ckpt = load_checkpoint(tmp_path / "full/checkpoints/last.pt")
     assert any(float(t.abs().max()) > 0 for t in ckpt["theta"])
@@ -245,40 +243,6 @@ def test_theta_rate_falls_over_the_last_epoch_only_and_resumes_exactly(
     monkeypatch.undo()
     run_search(cfg, tmp_path / "split", resume=True, echo=quiet)
     same_state(full, load_checkpoint(tmp_path / "split/checkpoints/last.pt"))
-
-
-@pytest.mark.parametrize("pace", ["theta", "fixed"])
-def test_multiplier_moves_at_theta_pace_in_an_annealed_last_epoch(
-        tmp_path, tiny_lut_file, tiny_lut_data, monkeypatch, pace):
-    """loss.multiplier_pace=theta: the multiplier's step is multiplier_lr wherever theta runs
-    at its base rate, and in a last epoch of 3 theta steps a weight step with theta's rate
-    falling to 0, a third of it times the falling rate, so it settles as theta does instead
-    of running away; multiplier_pace=fixed keeps the full step throughout."""
-    import fbnas.search.run as search_run
-
-    paces, step = [], search_run.next_multiplier
-
-    def recorded(cfg, budget, net, multiplier, pace=1.0):
-        paces.append((len(paces), pace))
-        return step(cfg, budget, net, multiplier, pace)
-
-    monkeypatch.setattr(search_run, "next_multiplier", recorded)
-    cfg = small_config(tiny_lut_file, **{
-        "loss.form": "target", "loss.target_ms": round(1.2 * _fastest_ms(tiny_lut_data), 6),
-        "loss.target_penalty": "multiplier", "loss.multiplier_pace": pace,
-        "search.mode": "hard", "search.alternation": "step", "search.final_theta_steps": 3,
-        "search.theta_estimator": "reinforce", "optim.theta.final_lr": 0.0})
-    run_search(cfg, tmp_path / "run", echo=quiet)
-    values = [p for _, p in paces]
-    first = len(values) // 4  # n steps in the first epoch, 3n in the last
-    assert first >= 4 and len(values) == 4 * first
-    assert values[:first] == [1.0] * first
-    last = values[first:]
-    if pace == "fixed":
-        assert last == [1.0] * len(last)
-    else:
-        assert last[0] == pytest.approx(1 / 3, rel=0.01) and 0 <= last[-1] < 0.05
-        assert all(a >= b for a, b in zip(last, last[1:]))
 
 
 def test_sampled_transition_paths_train_and_resume_exactly(
