@@ -7,7 +7,7 @@ FBNAS := $(VENV)/bin/fbnas
 DATA ?= ../shared/data/cifar10-subset
 LUT ?= lookup_tables/fbnet_cifar_ort.json
 
-.PHONY: install test test-fast demo profile clean
+.PHONY: install test test-fast demo profile docs clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ demo: install
 # Measure a table on this machine: make profile LUT=lookup_tables/mine.json
 profile: install
 	$(FBNAS) profile --space fbnet_cifar --out $(LUT) --threads 1 --check 50
+
+# docs/config.md, the config reference, from the keys declared in fbnas/config.py
+docs: install
+	$(PY) -m fbnas.config docs/config.md
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

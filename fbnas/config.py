@@ -84,225 +84,269 @@ PICK_RULES = tuple(sorted((rule for rule, figures in RERANK_RULES.items()
                           key=lambda rule: rule != "naswot_and_theta"))
 
 
-def _choices(*values: str, default: str,
+def _key(default: Any, doc: str, **kwargs: Any) -> Any:
+    """A config key with its default and ``doc``, its one line in docs/config.md (what it
+    does); ``default_factory`` may stand for ``default``."""
+    if "default_factory" in kwargs:
+        return field(default_factory=kwargs.pop("default_factory"), metadata={"doc": doc})
+    return field(default=default, metadata={"doc": doc, **kwargs})
+
+
+def _choices(*values: str, default: str, doc: str,
              renamed: dict[str, tuple[str, str]] | None = None) -> Any:
     """A string key taking one of ``values``; ``renamed`` maps a value earlier versions took
     to (the value that replaced it, why), both said in the error that refuses it."""
-    return field(default=default, metadata={"choices": values, "renamed": renamed or {}})
+    return _key(default, doc, choices=values, renamed=renamed or {})
+
+
+def _section(cls: type, doc: str) -> Any:
+    """A section of keys (a dataclass), described by ``doc`` in docs/config.md."""
+    return _key(None, doc, default_factory=cls)
 
 
 @dataclass
 class DataConfig:
-    dir: str = DEFAULT_DATA_DIR
-    kind: str = _choices("cifar10", "folder", default="cifar10")
-    resolution: int = 0  # side of a folder dataset's images; 0: the network's input resolution
-    # folders: decode all images into memory once, or per batch in worker processes; auto
-    # keeps them in memory while decoded they take at most data.memory_mb
-    loader: str = _choices("auto", "memory", "stream", default="auto")
-    memory_mb: int = 512
-    workers: int = -1  # decoding processes of a streamed folder; -1: from the usable cores
-    skip_bad: bool = False  # skip (and count) unreadable images instead of stopping
-    classes: str = ""  # file listing the class folders to use, one per line ("": all)
-    val_fraction: float = 0.1  # held out of the training images for per-epoch evaluation
-    theta_fraction: float = 0.2  # of the rest: the theta part (the paper's 80/20)
-    batch_size: int = 64  # per process: N processes train on N x batch_size images a step
-    eval_batch_size: int = 256
-    augment: bool = True
-    limit: int = 0  # use only the first N training images (0 = all)
-    download: bool = False
+    dir: str = _key(DEFAULT_DATA_DIR, "the data folder: CIFAR-10's cifar-10-batches-py/ (or "
+                                      "the folder holding it), or an image folder (--data-dir)")
+    kind: str = _choices("cifar10", "folder", default="cifar10",
+                         doc="what data.dir holds: CIFAR-10's python batches or an image "
+                             "folder of train/CLASS/ and val/CLASS/")
+    resolution: int = _key(0, "side of an image folder's images after resizing; 0: the "
+                              "space's input resolution")
+    # folders: decode all images into memory once, or per batch in worker processes
+    loader: str = _choices("auto", "memory", "stream", default="auto",
+                           doc="an image folder decoded into memory once, or per batch by "
+                               "worker processes; auto: memory while it fits data.memory_mb")
+    memory_mb: int = _key(512, "the most memory (MiB) a folder's decoded images may take for "
+                               "data.loader auto to keep them in memory")
+    workers: int = _key(-1, "decoding processes of a streamed folder per training process; "
+                            "-1: from the usable cores")
+    skip_bad: bool = _key(False, "skip (and count) unreadable images instead of stopping")
+    classes: str = _key("", "file listing the class folders to use, one a line (fbnas "
+                            "classes writes one); empty: all")
+    val_fraction: float = _key(0.1, "share of the training images held out for per-epoch "
+                                    "evaluation and the search's final check")
+    theta_fraction: float = _key(0.2, "share of the rest that trains theta; the others train "
+                                      "the weights (the paper's 80/20)")
+    batch_size: int = _key(64, "training batch per process: N processes train on N x "
+                               "batch_size images a step")
+    eval_batch_size: int = _key(256, "batch of evaluation passes (no gradients, so larger)")
+    augment: bool = _key(True, "random crop with padding and horizontal flip of training "
+                               "images")
+    limit: int = _key(0, "use only the first N training images; 0: all")
+    download: bool = _key(False, "download CIFAR-10 into data.dir when it is missing "
+                                 "(--download)")
 
 
 @dataclass
 class TemperatureConfig:
-    initial: float = 5.0
-    decay: float = 0.045  # tau(epoch) = initial * exp(-decay * epoch)
+    initial: float = _key(5.0, "Gumbel-softmax temperature tau at the first epoch")
+    decay: float = _key(0.045, "tau(epoch) = initial * exp(-decay * epoch)")
 
 
 @dataclass
 class SearchConfig:
-    epochs: int = 90
-    warmup_epochs: Optional[int] = None  # weights-only epochs; None = 10% of epochs
-    mode: str = _choices("soft", "hard", default="soft")
-    per_sample: bool = False  # one Gumbel draw per image instead of per batch
-    alternation: str = _choices("epoch", "step", default="epoch")
-    accumulate: int = 1  # micro-batches per optimizer step
-    # alternation: step, theta steps after each weight step. A REINFORCE theta step costs one
-    # forward pass of one network, so several fit where one weight step does: each draws
-    # another network, and theta's gradient averages more of them
-    theta_steps: int = 1
-    # theta steps after each weight step in the last epoch only (0: theta_steps): theta
-    # decides on the grown weights, where more steps throughout decide it on young ones
-    final_theta_steps: int = 0
-    # what LAT is in the paper loss: table latency (us), multiply-adds (MACs) or parameters.
+    epochs: int = _key(90, "search epochs (--epochs)")
+    warmup_epochs: Optional[int] = _key(None, "first epochs that train the weights only; "
+                                              "null: 10% of search.epochs")
+    mode: str = _choices("soft", "hard", default="soft",
+                         doc="soft: every candidate of a layer runs, mixed by Gumbel-softmax "
+                             "weights; hard: one drawn candidate runs (--mode)")
+    per_sample: bool = _key(False, "one Gumbel draw per image instead of one per batch")
+    alternation: str = _choices("epoch", "step", default="epoch",
+                                doc="theta steps after all of an epoch's weight steps, or "
+                                    "after every weight step")
+    accumulate: int = _key(1, "micro-batches whose gradients add up to one optimizer step")
+    # a REINFORCE theta step costs one forward pass of one network, so several fit where
+    # one weight step does: each draws another network, and theta's gradient averages more
+    theta_steps: int = _key(1, "theta steps after each weight step (search.alternation: "
+                               "step)")
+    # theta decides on the grown weights, where more steps throughout decide on young ones
+    final_theta_steps: int = _key(0, "theta steps after each weight step of the last epoch "
+                                     "only; 0: search.theta_steps")
     # "flops" (2 per multiply-add) was the name before counts were MACs; only a saved config
     # still says it (see from_saved)
     cost: str = _choices("latency", "macs", "params", default="latency",
                          renamed={"flops": ("macs", "compute is counted in multiply-adds, "
-                                                    "as papers report it")})
-    eval_mode: str = _choices("argmax", "softmax", default="argmax")
-    temperature: TemperatureConfig = field(default_factory=TemperatureConfig)
-    # loop: every candidate in turn (the reference); fast: channels_last and fused mixed ops,
-    # the same math and checkpoints, quicker soft steps (see fbnas/search/fused.py)
-    supernet: str = _choices("loop", "fast", default="fast")
-    # every residual candidate starts as the identity (its last BN scale is zero), so the
-    # candidates of a layer are interchangeable at initialisation
-    zero_init_residual: bool = True
-    # hard mode: mix all candidates of transition layers (stride 2 or new width) instead of
-    # switching between their unrelated representations at every step
-    soft_transitions: bool = True
-    # ... but mix only this many of their candidates, drawn without replacement from
-    # softmax(theta) at each step (0: all): a weight step's cost there falls with it
-    transition_paths: int = 0
-    # the kK_eE[_gG] candidates of a layer slice one set of weights (largest kernel, widest
-    # expansion), so every step trains them all (see fbnas/search/entangled.py)
-    shared_weights: bool = False
-    # training images run through the evaluated path to re-estimate its BN statistics
-    # before each evaluation (0 = use the running statistics of the shared weights)
-    recalibrate_images: int = 1024
-    # score the supernet and the found network on the val split after every Nth epoch and
-    # the last; the epochs between then cost no evaluation (nothing the search decides
-    # reads those scores, and each costs two BN re-estimations and two val passes)
-    evaluate_every: int = 1
-    # how a theta step weights a layer's candidates: "softmax", softmax(theta) without noise
-    # (a deterministic relaxation, as DARTS's), at the cost of running every candidate; "gumbel",
-    # the Gumbel sample of search.mode (the paper); why softmax is the default:
-    # docs/search.md, Supernet
-    theta_relaxation: str = _choices("gumbel", "softmax", default="softmax")
-    # how a theta step estimates theta's gradient: "relaxed" differentiates through the
-    # candidates' mixing weights (theta_relaxation; every candidate runs), "reinforce" runs
-    # theta_paths sampled networks forwards only and weights their log-probability by their
-    # reward against a moving average (TuNAS; see fbnas/search/reinforce.py)
-    theta_estimator: str = _choices("relaxed", "reinforce", default="relaxed")
-    theta_paths: int = 1
-    # what a REINFORCE reward is compared with: "moving_average" of past steps' rewards
-    # (TuNAS), or "leave_one_out", the mean reward of the step's other theta_paths networks on
-    # the same batch, so that how hard the batch is cancels out (needs theta_paths >= 2)
+                                                    "as papers report it")},
+                         doc="what LAT is in the paper loss: table latency (us), "
+                             "multiply-adds or parameters")
+    eval_mode: str = _choices("argmax", "softmax", default="argmax",
+                              doc="how the supernet is evaluated: each layer's most probable "
+                                  "candidate, or all mixed by softmax(theta); never Gumbel "
+                                  "noise")
+    temperature: TemperatureConfig = _section(TemperatureConfig, "The Gumbel-softmax "
+                                                                 "temperature's schedule.")
+    supernet: str = _choices("loop", "fast", default="fast",
+                             doc="loop: every candidate in turn (the reference); fast: fused "
+                                 "mixed ops in channels_last, the same math, quicker soft "
+                                 "steps")
+    # the candidates of a layer are then interchangeable at initialisation
+    zero_init_residual: bool = _key(True, "every residual candidate starts as the identity "
+                                          "(its last BN scale zero)")
+    # instead of switching between their unrelated representations at every step
+    soft_transitions: bool = _key(True, "hard mode: mix all candidates of transition layers "
+                                        "(stride 2 or a new width)")
+    transition_paths: int = _key(0, "hard mode: mix only this many candidates of a "
+                                    "transition layer, drawn from softmax(theta) at each step; "
+                                    "0: all")
+    shared_weights: bool = _key(False, "the kK_eE[_gG] candidates of a layer slice one set "
+                                       "of weights, so every step trains them all")
+    recalibrate_images: int = _key(1024, "training images that re-estimate the evaluated "
+                                         "network's BN statistics before each evaluation; 0: "
+                                         "the running statistics")
+    # nothing the search decides reads those scores, and each costs two BN re-estimations
+    # and two val passes
+    evaluate_every: int = _key(1, "score the supernet and the found network on the val "
+                                  "split after every Nth epoch and the last")
+    theta_relaxation: str = _choices("gumbel", "softmax", default="softmax",
+                                     doc="how a relaxed theta step weights a layer's "
+                                         "candidates: softmax(theta) without noise, or the "
+                                         "Gumbel sample of search.mode (the paper)")
+    theta_estimator: str = _choices("relaxed", "reinforce", default="relaxed",
+                                    doc="relaxed: differentiate through the candidates' "
+                                        "mixing weights; reinforce: sampled networks' rewards "
+                                        "against a baseline (TuNAS)")
+    theta_paths: int = _key(1, "networks a REINFORCE theta step draws and runs")
+    # leave_one_out: how hard the batch is cancels out
     reinforce_baseline: str = _choices("moving_average", "leave_one_out",
-                                       default="moving_average")
-    reinforce_momentum: float = 0.9
-    # under a budget, after the last epoch: the rerank most probable networks within the
-    # budget's window are scored one-shot on the held-out split (BN re-estimated for each) and
-    # the best is the found network; 0 or 1: the most probable one (docs/search.md, Rerank)
-    rerank: int = 8
-    # what "best" means there: the one-shot top-1 alone, the sum of its rank and the rank of
-    # the network's MACs among the checked ones, or the training-free NASWOT score of a fresh
-    # copy of each, which needs no one-shot pass, or the sum of NASWOT's rank and the one-shot
-    # top-1's, or NASWOT's z-score plus a quarter of theta's log-probability's, with theta a
-    # prior over a long list, or that rule's best 8 decided by the sum of its rank and the
-    # one-shot top-1's (fbnas/search/oneshot_check.py)
-    rerank_by: str = _choices(*RERANK_RULES, default="top1")
-    # also check, for each layer and candidate, the most probable network within the window
-    # that uses it there: a layer theta settled early is then checked too (oneshot_check.py)
-    rerank_alternatives: bool = False
+                                       default="moving_average",
+                                       doc="what a REINFORCE reward is compared with: a moving "
+                                           "average of past rewards, or the step's other "
+                                           "networks' mean (search.theta_paths >= 2)")
+    reinforce_momentum: float = _key(0.9, "momentum of the REINFORCE rewards' moving "
+                                          "average")
+    rerank: int = _key(8, "under a budget, after the last epoch: theta's most probable "
+                          "networks within the budget's window the check compares; 0 or 1: "
+                          "the most probable one")
+    rerank_by: str = _choices(*RERANK_RULES, default="top1",
+                              doc="how the check chooses among them (the rules: below)")
+    # a layer theta settled early is then checked too (oneshot_check.py)
+    rerank_alternatives: bool = _key(False, "also check, per layer and candidate, the most "
+                                            "probable network in the window using it there")
 
 
 @dataclass
 class LossConfig:
-    form: str = _choices("paper", "target", default="paper")
-    # both forms train theta only; the weights train on the cross-entropy alone. alpha scales
-    # theta's loss, which its Adam ignores; beta moves the trade-off without naming a latency
-    alpha: float = 0.2
-    beta: float = 0.6
-    # the target form (fbnas train --target-ms): CE + target_weight * |LAT / target - 1|,
-    # which drives the search to spend the budget (see fbnas/search/loss.py)
-    target_ms: Optional[float] = field(default=None,
-                                       metadata={"bound": (MAX_BUDGET_MS, BUDGET_WHY)})
-    # the penalty's weight against the cross-entropy's pull toward cheap ops; how the default
-    # was chosen: docs/search.md, Loss
-    target_weight: float = 1.0
-    # which network's latency the penalty compares with the budget: the argmax of theta (the
-    # one `fbnas sample --hard` returns) or the step's Gumbel sample (see fbnas/search/loss.py)
-    target_on: str = _choices("argmax", "sample", default="argmax")
-    # how the budget is held: "absolute" charges target_weight * |LAT / T - 1| (TuNAS);
-    # "multiplier" charges lam * (LAT / T - 1), lam raised by multiplier_lr * (LAT / T - 1)
-    # after every theta step (dual ascent on LAT = T), so the push settles where it balances
-    # the cross-entropy's instead of swinging by target_weight each way
-    target_penalty: str = _choices("absolute", "multiplier", default="absolute")
-    # the network a budget search returns spends at least this share of the budget, where any
-    # network of the space does: the most probable one in [floor * T, T], not merely under T
-    # (see fbnas/search/window.py, ops_in_window); 0: the most probable one under T
-    target_floor: float = 0.9
-    multiplier_lr: float = 0.1
+    # both forms train theta only; the weights train on the cross-entropy alone
+    form: str = _choices("paper", "target", default="paper",
+                         doc="paper: CE * alpha * (log LAT)^beta; target: CE plus a penalty "
+                             "on missing loss.target_ms (--target-ms sets it)")
+    alpha: float = _key(0.2, "scale of the paper loss (theta's Adam ignores it)")
+    beta: float = _key(0.6, "exponent of log LAT in the paper loss: higher, faster networks")
+    target_ms: Optional[float] = _key(None, "the latency budget in ms of the target form "
+                                            "(--target-ms)")
+    # how the default was chosen: docs/search.md, Loss
+    target_weight: float = _key(1.0, "weight of the target penalty |LAT / target - 1| "
+                                     "against the cross-entropy")
+    target_on: str = _choices("argmax", "sample", default="argmax",
+                              doc="whose latency the penalty compares with the budget: "
+                                  "theta's argmax network or the step's Gumbel sample")
+    # multiplier: the push settles where it balances the cross-entropy's instead of
+    # swinging by target_weight each way
+    target_penalty: str = _choices("absolute", "multiplier", default="absolute",
+                                   doc="absolute: target_weight * |LAT / T - 1| (TuNAS); "
+                                       "multiplier: lam * (LAT / T - 1), lam raised by dual "
+                                       "ascent")
+    # see fbnas/search/window.py, ops_in_window
+    target_floor: float = _key(0.9, "the found network spends at least this share of the "
+                                    "budget where any network can; 0: anything under it")
+    multiplier_lr: float = _key(0.1, "step of the multiplier after each theta step "
+                                     "(loss.target_penalty: multiplier)")
 
 
 @dataclass
 class WeightOptimConfig:
-    lr: float = 0.1
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
-    nesterov: bool = False
-    warmup_epochs: float = 0.0  # linear LR warm-up before the cosine schedule
-    min_lr: float = 0.0
+    lr: float = _key(0.1, "SGD learning rate of the weights, the peak of a cosine schedule")
+    momentum: float = _key(0.9, "SGD momentum")
+    weight_decay: float = _key(1e-4, "SGD weight decay")
+    nesterov: bool = _key(False, "Nesterov momentum")
+    warmup_epochs: float = _key(0.0, "linear learning-rate warm-up before the cosine "
+                                     "schedule, in epochs")
+    min_lr: float = _key(0.0, "learning rate at the end of the cosine schedule")
 
 
 @dataclass
 class ThetaOptimConfig:
-    lr: float = 0.01
-    weight_decay: float = 5e-4
-    beta1: float = 0.9
-    beta2: float = 0.999
-    # None: theta's rate stays lr throughout; a number: over the last epoch it falls along a
-    # cosine from lr to this, so that theta settles instead of flipping near-ties at the end
-    final_lr: Optional[float] = None
+    lr: float = _key(0.01, "Adam learning rate of theta")
+    weight_decay: float = _key(5e-4, "Adam weight decay of theta")
+    beta1: float = _key(0.9, "Adam's first-moment decay")
+    beta2: float = _key(0.999, "Adam's second-moment decay")
+    # so that theta settles instead of flipping near-ties at the end
+    final_lr: Optional[float] = _key(None, "over the last epoch theta's rate falls along a "
+                                           "cosine from optim.theta.lr to this; null: "
+                                           "constant")
 
 
 @dataclass
 class OptimConfig:
-    weights: WeightOptimConfig = field(default_factory=WeightOptimConfig)
-    theta: ThetaOptimConfig = field(default_factory=ThetaOptimConfig)
+    weights: WeightOptimConfig = _section(WeightOptimConfig, "SGD of the weights, in the "
+                                                              "search and the retrain.")
+    theta: ThetaOptimConfig = _section(ThetaOptimConfig, "Adam of theta, the architecture "
+                                                          "parameters.")
 
 
 @dataclass
 class RetrainConfig:
-    arch: Optional[str] = None  # architecture file written by fbnas sample
-    name: Optional[str] = None  # which architecture in it (optional if it holds one)
-    epochs: int = 100
-    warmup_epochs: float = 1.0  # linear LR warm-up (the larger of this and optim.weights')
-    label_smoothing: float = 0.1
-    dropout: float = 0.0  # before the classifier
-    decay_norm_and_bias: bool = False  # weight decay on BN parameters and biases too
-    # residual blocks start as the identity (last BN scale zero), as the supernet's do
-    zero_init_residual: bool = True
-    # the total gradient norm per step is cut to this (0: off); see Retrain.before_step
-    clip_grad_norm: float = 2.0
-    # channels_last: NHWC tensors, where CPU depthwise and 1x1 convs run fastest (the same
-    # math, other rounding); contiguous: NCHW, how runs saved before this key trained
-    memory_format: str = _choices("channels_last", "contiguous", default="channels_last")
-    # true: fp32 steps on a CPU compute a block's expansion BN statistics from the block's
-    # input instead of its widest tensor (fbnas/arch/folded_bn.py): the same math, other
-    # rounding, fewer memory passes, but no faster whole steps where measured (docs/retrain.md)
-    fold_bn: bool = False
+    arch: Optional[str] = _key(None, "architecture file written by fbnas sample")
+    name: Optional[str] = _key(None, "which architecture in it (optional if it holds one)")
+    epochs: int = _key(100, "retrain epochs (fbnas retrain --epochs)")
+    warmup_epochs: float = _key(1.0, "linear learning-rate warm-up in epochs (the larger of "
+                                     "this and optim.weights')")
+    label_smoothing: float = _key(0.1, "label smoothing of the retrain's cross-entropy")
+    dropout: float = _key(0.0, "dropout before the classifier")
+    decay_norm_and_bias: bool = _key(False, "weight decay on BN parameters and biases too")
+    zero_init_residual: bool = _key(True, "residual blocks start as the identity (last BN "
+                                          "scale zero), as the supernet's do")
+    clip_grad_norm: float = _key(2.0, "the total gradient norm per step is cut to this; 0: "
+                                      "off")
+    # channels_last is where CPU depthwise and 1x1 convs run fastest (the same math, other
+    # rounding); contiguous is how runs saved before this key trained
+    memory_format: str = _choices("channels_last", "contiguous", default="channels_last",
+                                  doc="tensor layout of retrain steps: NHWC or NCHW")
+    # the same math, other rounding, fewer memory passes (docs/retrain.md)
+    fold_bn: bool = _key(False, "fp32 CPU steps compute a block's expansion BN statistics "
+                                "from its input (fbnas/arch/folded_bn.py)")
 
 
 @dataclass
 class RunConfig:
-    seed: int = 0
-    device: str = _choices("auto", "cpu", "cuda", default="auto")
-    threads: Optional[int] = None  # torch intra-op threads per process (None = torch default)
-    log_every: int = 20  # steps between TensorBoard scalar points
-    progress: bool = True  # progress bars on a terminal
-    # bf16_products: on a CPU, training steps' 1x1 convs as matrix products of bfloat16
-    # operands, everything else fp32 (fbnas/arch/pointwise.py); 1.2x faster retrain steps
-    # where the CPU has bf16 units, slower where it has none. bf16: training steps' forward
-    # under bfloat16 autocast (evaluation stays fp32), for GPUs; measured slower than fp32 on
-    # the CPUs tried, even with bf16 units. See docs/retrain.md, Speed
-    precision: str = _choices("fp32", "bf16_products", "bf16", default="fp32")
-    # keep freed memory in the process heap for the next step instead of returning it to the
-    # kernel (glibc on Linux): steps stop paying page faults for their large tensors, the
-    # process keeps its peak memory; results are unchanged (fbnas.machine.keep_freed_memory)
-    keep_freed_memory: bool = True
+    seed: int = _key(0, "seed of every random draw: splits, weights, theta, data order "
+                        "(--seed)")
+    device: str = _choices("auto", "cpu", "cuda", default="auto",
+                           doc="where the run trains; auto: cuda where there is one (--device)")
+    threads: Optional[int] = _key(None, "torch intra-op threads per process; null: torch's "
+                                        "default (--threads)")
+    log_every: int = _key(20, "steps between TensorBoard scalar points")
+    progress: bool = _key(True, "progress bars on a terminal")
+    # bf16_products is faster where the CPU has bf16 units, slower where it has none; bf16
+    # is for GPUs (docs/retrain.md, Speed)
+    precision: str = _choices("fp32", "bf16_products", "bf16", default="fp32",
+                              doc="bf16_products: CPU training steps' 1x1 convs as bfloat16 "
+                                  "matrix products; bf16: training forwards under bfloat16 "
+                                  "autocast")
+    # steps stop paying page faults for their large tensors, the process keeps its peak
+    # memory; results are unchanged (fbnas.machine.keep_freed_memory)
+    keep_freed_memory: bool = _key(True, "keep freed memory in the process heap for the next "
+                                         "step instead of returning it to the kernel")
 
 
 @dataclass
 class Config:
-    space: str = "fbnet_cifar"
-    lut: str = "lookup_tables/fbnet_cifar_ort.json"
-    data: DataConfig = field(default_factory=DataConfig)
-    search: SearchConfig = field(default_factory=SearchConfig)
-    loss: LossConfig = field(default_factory=LossConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    retrain: RetrainConfig = field(default_factory=RetrainConfig)
-    run: RunConfig = field(default_factory=RunConfig)
+    space: str = _key("fbnet_cifar", "search space: a bundled name or a YAML file (--space)")
+    lut: str = _key("lookup_tables/fbnet_cifar_ort.json", "lookup table JSON made by fbnas "
+                                                          "profile for the space (--lut)")
+    data: DataConfig = _section(DataConfig, "What a run reads: the data set, its splits and "
+                                            "batches ([Data](data.md)).")
+    search: SearchConfig = _section(SearchConfig, "The supernet, theta's steps and the check "
+                                                  "after the last epoch "
+                                                  "([Searching](search.md)).")
+    loss: LossConfig = _section(LossConfig, "The search loss that trains theta, and its "
+                                            "latency budget ([Loss](search.md#loss)).")
+    optim: OptimConfig = _section(OptimConfig, "The optimizers of the weights and of theta.")
+    retrain: RetrainConfig = _section(RetrainConfig, "Retraining a found network "
+                                                     "([Retraining](retrain.md)).")
+    run: RunConfig = _section(RunConfig, "Seed, device, threads, precision and logging.")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -749,3 +793,108 @@ def _refuse_contradiction(options: dict[str, Any], keys: list[str], value: Any,
 
 def dump(cfg: Config) -> str:
     return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+
+
+#: where the reference :func:`reference` renders lives in a checkout (`make docs` writes it)
+REFERENCE_PATH = "docs/config.md"
+
+
+def _type_name(tp: Any) -> str:
+    """A key's type as the reference names it ("integer or null")."""
+    if typing.get_origin(tp) is typing.Union:
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        return f"{_type_name(inner)} or null"
+    return {str: "string", int: "integer", float: "number", bool: "true/false"}[tp]
+
+
+def _yaml_value(value: Any) -> str:
+    """A default as a config file would write it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return format(value, "g")
+    return f'"{value}"' if value == "" else str(value)
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a markdown table cell."""
+    return text.replace("|", "\\|")
+
+
+def _key_rows(cls: type, prefix: str) -> tuple[list[str], list[tuple[str, type, str]]]:
+    """The table rows of ``cls``'s keys (dotted under ``prefix``), and its sections as
+    (dotted name, dataclass, what it holds)."""
+    rows, sections, hints = [], [], _hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            sections.append((prefix + f.name, hints[f.name], f.metadata["doc"]))
+            continue
+        choices = ", ".join(f"`{c}`" for c in f.metadata.get("choices", ()))
+        rows.append(f"| `{prefix}{f.name}` | {_type_name(hints[f.name])} | "
+                    f"`{_yaml_value(f.default)}` | {choices} | {_cell(f.metadata['doc'])} |")
+    return rows, sections
+
+
+def reference() -> str:
+    """Every config key as markdown: key, type, default, the values it takes and one line of
+    what it does, section by section, then the rules of ``search.rerank_by``. It is
+    docs/config.md; `make docs` (``python -m fbnas.config docs/config.md``) writes it, and a
+    test fails while the file differs from it."""
+    import textwrap
+
+    def para(text: str) -> list[str]:
+        return [textwrap.fill(text, 92, break_on_hyphens=False, break_long_words=False), ""]
+
+    head = "| key | type | default | values | what it does |\n| --- | --- | --- | --- | --- |"
+    out = ["# Config reference", "", *para(
+           "Every key of a run config, as `fbnas/config.py` declares it: a config file sets "
+           "it by section (`search:` then `epochs: 8`), `--set search.epochs=8` by its "
+           "dotted name. A file names only what it changes; an unknown key, a value of the "
+           "wrong type or outside the listed values is refused with the key's name. How "
+           "configs build on each other: [Searching, Config](search.md#config)."),
+           *para("Written from `fbnas/config.py` by `make docs`; edit the declarations "
+                 "there, not this file.")]
+    todo = [("", Config, "")]
+    while todo:
+        prefix, cls, doc = todo.pop(0)
+        rows, sections = _key_rows(cls, f"{prefix}." if prefix else "")
+        out += [f"## {prefix or 'Top level'}", ""]
+        out += para(doc) if doc else []
+        if rows:
+            out += [head, *rows, ""]
+        todo[:0] = sections  # a section's own sections follow it
+    out += ["## search.rerank_by rules", "", *para(
+            "The figures each rule compares the checked networks by (the first breaks ties): "
+            "`top1` the one-shot val top-1, `macs` the multiply-adds, `naswot` the "
+            "training-free score of a fresh copy, `theta` the log-probability under "
+            "softmax(theta). `fbnas pick` decides by the rules without `top1`."),
+            "| rule | figures | how |", "| --- | --- | --- |"]
+    for rule, figures in RERANK_RULES.items():
+        if rule in WEIGHTED_RULES:
+            how = "sum of weighted z-scores: " + ", ".join(
+                f"{f} {w:g}" for f, w in WEIGHTED_RULES[rule].items())
+        elif rule in SHORTLISTED_RULES:
+            first, size = SHORTLISTED_RULES[rule]
+            how = f"`{first}`'s best {size}, then the sum of its rank and top1's"
+        else:
+            how = "sum of ranks" if len(figures) > 1 else "the best value"
+        out.append(f"| `{rule}` | {', '.join(figures)} | {how} |")
+    return "\n".join(out) + "\n"
+
+
+def write_reference(path: str | Path = REFERENCE_PATH) -> None:
+    """Write :func:`reference` to ``path`` atomically."""
+    from fbnas.io import atomic_write
+
+    atomic_write(path, lambda tmp: tmp.write_text(reference()))
+
+
+if __name__ == "__main__":  # python -m fbnas.config [PATH]: the reference, to PATH or stdout
+    import sys
+
+    if len(sys.argv) > 1:
+        write_reference(sys.argv[1])
+    else:
+        sys.stdout.write(reference())

@@ -1,6 +1,6 @@
 import pytest
 
-from fbnas.config import load_config
+from fbnas.config import Config, load_config
 from fbnas.errors import FbnasError, UsageError
 from tests.conftest import REPO
 
@@ -246,3 +246,26 @@ def test_a_set_that_contradicts_a_named_option_is_refused(overrides, options, me
 def test_options_are_still_validated(options, message):
     with pytest.raises(UsageError, match=message):
         load_config(None, [], options=options)
+
+
+def test_every_key_says_what_it_does_in_one_line():
+    import dataclasses
+
+    def keys(cls, prefix=""):
+        for f in dataclasses.fields(cls):
+            yield prefix + f.name, f
+            if dataclasses.is_dataclass(f.default_factory):
+                yield from keys(f.default_factory, f"{prefix}{f.name}.")
+
+    for name, f in keys(Config):
+        doc = f.metadata.get("doc", "")
+        assert doc.strip() and "\n" not in doc and len(doc) <= 200, name
+
+
+def test_the_config_reference_is_what_the_declarations_render():
+    from fbnas.config import reference
+
+    on_disk = (REPO / "docs" / "config.md").read_text()
+    assert on_disk == reference(), "docs/config.md is stale: run make docs"
+    for key in ("search.rerank_by", "optim.theta.final_lr", "run.keep_freed_memory"):
+        assert f"| `{key}` |" in on_disk
