@@ -11,7 +11,7 @@ import click
 
 import fbnas
 from fbnas.arch.limits import MAX_BATCH
-from fbnas.errors import FbnasError, UsageError
+from fbnas.errors import FbnasError, UsageError, capped
 from fbnas.latency.runtimes import DEFAULT_BLOCK_TIME, DEFAULT_RUNTIME, RUNTIMES
 from fbnas.search.pick import DEFAULT_NETWORKS, PICK_RULES
 
@@ -64,9 +64,9 @@ class Group(click.Group):
             rank = env_rank()
             # under torchrun an error every rank raised alike is printed once, by rank 0
             if rank == 0:
-                click.echo(f"error: {e}", err=True)
+                click.echo(f"error: {capped(str(e))}", err=True)
             elif not getattr(e, "on_every_rank", False):
-                click.echo(f"error (process {rank}): {e}", err=True)
+                click.echo(f"error (process {rank}): {capped(str(e))}", err=True)
             sys.exit(e.exit_code)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)

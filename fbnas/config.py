@@ -370,11 +370,11 @@ def _coerce(value: Any, tp: Any, key: str, f: dataclasses.Field) -> Any:
         return _coerce(value, args[0], key, f)
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
-            raise UsageError(f"config key {key} must be a mapping, got {value!r}")
+            raise UsageError(f"config key {key} must be a mapping, got {brief(value)}")
         return _build(tp, value, key + ".")
     if tp is bool:
         if not isinstance(value, bool):
-            raise UsageError(f"config key {key} must be true or false, got {value!r}")
+            raise UsageError(f"config key {key} must be true or false, got {brief(value)}")
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -396,14 +396,15 @@ def _coerce(value: Any, tp: Any, key: str, f: dataclasses.Field) -> Any:
         return float(value)
     if tp is str:
         if not isinstance(value, str):
-            raise UsageError(f"config key {key} must be a string, got {value!r}")
+            raise UsageError(f"config key {key} must be a string, got {brief(value)}")
         choices = f.metadata.get("choices")
         if value in f.metadata.get("renamed", {}):
             new, why = f.metadata["renamed"][value]
-            raise UsageError(f"config key {key}: {value!r} is now {new!r} ({why}); use "
+            raise UsageError(f"config key {key}: {brief(value)} is now {brief(new)} ({why}); use "
                              f"{key}: {new}")
         if choices and value not in choices:
-            raise UsageError(f"config key {key} must be one of {', '.join(choices)}, got {value!r}")
+            raise UsageError(f"config key {key} must be one of {', '.join(choices)}, got "
+                             f"{brief(value)}")
         return value
     raise TypeError(f"unsupported config type {tp} for {key}")
 
@@ -438,11 +439,12 @@ def _merge(base: dict, update: dict) -> dict:
 def parse_override(item: str) -> tuple[list[str], Any]:
     """``a.b=value`` -> (["a", "b"], value parsed as a YAML scalar)."""
     if "=" not in item:
-        raise UsageError(f"--set {item!r}: expected key=value, e.g. --set optim.weights.lr=0.05")
+        raise UsageError(f"--set {brief(item)}: expected key=value, e.g. --set "
+                         f"optim.weights.lr=0.05")
     key, raw = item.split("=", 1)
     key = key.strip()
     if not key:
-        raise UsageError(f"--set {item!r}: the key is empty")
+        raise UsageError(f"--set {brief(item)}: the key is empty")
     try:
         value = parse_yaml(raw, f"--set {key}") if raw.strip() else ""
     except FbnasError as e:
@@ -477,7 +479,7 @@ class Budget:
         if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms) \
                 or ms <= 0:
             raise UsageError("the latency budget (loss.target_ms of loss.form=target, or "
-                             f"--target-ms) must be a positive number of ms, got {ms!r} (e.g. "
+                             f"--target-ms) must be a positive number of ms, got {brief(ms)} (e.g. "
                              "--set loss.target_ms=5)")
         problem = number_problem(ms, MAX_BUDGET_MS, BUDGET_WHY, "ms")
         if problem:
@@ -688,8 +690,8 @@ def _config_source(name_or_path: str | Path, folder: Path | None = None) -> Any:
         return p
     configs = bundled_configs()
     if str(name_or_path) not in configs:
-        raise UsageError(f"unknown config {str(name_or_path)!r}: give a YAML file path or one of "
-                         f"{', '.join(configs) or '(none found)'}")
+        raise UsageError(f"unknown config {brief(str(name_or_path))}: give a YAML file path or "
+                         f"one of {', '.join(configs) or '(none found)'}")
     return configs[str(name_or_path)]
 
 
@@ -710,11 +712,11 @@ def _read_with_bases(source: Any, chain: tuple[str, ...]) -> dict:
         return raw
     if not isinstance(base, str) or not base:
         raise UsageError(f"config key base in {source} must be a bundled config name or a YAML "
-                         f"file path, got {base!r}")
+                         f"file path, got {brief(base)}")
     # a path in base: is relative to the folder of the file that names it
     parent = _config_source(base, source.parent if isinstance(source, Path) else None)
     if _identity(parent) in chain:
-        raise UsageError(f"config file {source}: base {base!r} leads back to {parent}; "
+        raise UsageError(f"config file {source}: base {brief(base)} leads back to {parent}; "
                          "remove one of the base: keys")
     return _merge(_read_with_bases(parent, chain), raw)
 
@@ -754,7 +756,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] = (),
     for item in overrides:
         keys, value = parse_override(item)
         _refuse_contradiction(options or {}, keys, value, item)
-        _put(values, keys, value, f"--set {item!r}")
+        _put(values, keys, value, f"--set {brief(item)}")
     return from_dict(values)
 
 

@@ -4,6 +4,7 @@ An error stops the command with a non-zero exit; a warning (on stderr, so stdout
 result) tells of something that may make a result misleading but does not stop it.
 """
 
+import re
 import sys
 from typing import Any, Callable
 
@@ -36,10 +37,31 @@ def brief(value: Any, limit: int = SHOWN_CHARS) -> str:
     return f"{text[:limit - 3]}... ({len(text):,} characters)"
 
 
+#: the longest error or warning line printed, after long values in it are cut
+MAX_LINE = 2000
+_LONG_RUN = re.compile(r"\S{%d,}" % (2 * SHOWN_CHARS + 1))
+
+
+def capped(message: str, limit: int = MAX_LINE) -> str:
+    """The last resort where errors and warnings are printed, for a value echoed without
+    :func:`brief`: every run of more than twice ``SHOWN_CHARS`` non-space characters is cut to
+    ``SHOWN_CHARS`` with its length stated, and a line still longer than ``limit`` keeps its
+    start and its end (where the fix is), with how much was left out between."""
+    if len(message) <= limit:
+        return message
+    message = _LONG_RUN.sub(lambda m: f"{m.group()[:SHOWN_CHARS]}... ({len(m.group()):,} "
+                                      "characters)", message)
+    if len(message) <= limit:
+        return message
+    head, tail = limit * 2 // 3, limit // 3
+    return (f"{message[:head]} [... {len(message) - head - tail:,} characters left out ...] "
+            f"{message[-tail:]}")
+
+
 #: where warnings go: a function given one line of text
 Warn = Callable[[str], None]
 
 
 def warn_stderr(msg: str) -> None:
     """Default warning sink: one line on stderr, so stdout stays the result."""
-    print(f"warning: {msg}", file=sys.stderr, flush=True)
+    print(f"warning: {capped(msg)}", file=sys.stderr, flush=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fbnas.arch.ops import out_size
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, brief
 from fbnas.io import parse_json, read_json, write_json
 from fbnas.resources import JSON_SUFFIXES, bundled, names_a_file
 
@@ -37,14 +37,14 @@ def _check_file_dict(data: Any, where: str) -> dict:
     if not isinstance(data, dict):
         raise FbnasError(f"{where} must hold a JSON object at the top level")
     if data.get("schema") != SCHEMA:
-        raise FbnasError(f"{where} has schema {data.get('schema')!r}; this fbnas reads "
+        raise FbnasError(f"{where} has schema {brief(data.get('schema'))}; this fbnas reads "
                          f"{SCHEMA!r} architecture files")
     archs = data.get("architectures")
     if not isinstance(archs, dict) or not archs:
         raise FbnasError(f"{where} has no 'architectures' object (truncated or hand-edited?)")
     for nm, d in archs.items():
         if not isinstance(d, dict):
-            raise FbnasError(f"{where}: architecture {nm!r} is not an object")
+            raise FbnasError(f"{where}: architecture {brief(nm)} is not an object")
     return data
 
 
@@ -109,7 +109,7 @@ def select(source: str | Path | dict, name: str | None = None) -> tuple[str, dic
         elif "blocks" in source:
             nm = source.get("name") if isinstance(source.get("name"), str) else "arch"
             if name is not None and name != nm:
-                raise FbnasError(f"the definition is named {nm!r}, not {name!r}")
+                raise FbnasError(f"the definition is named {brief(nm)}, not {brief(name)}")
             data = {"architectures": {nm: source}}
             where = "the definition"
         else:
@@ -127,7 +127,7 @@ def select(source: str | Path | dict, name: str | None = None) -> tuple[str, dic
                              f"(--name): {', '.join(archs)}")
         name = next(iter(archs))
     elif name not in archs:
-        raise FbnasError(f"{where} has no architecture {name!r}; it holds: {', '.join(archs)}")
+        raise FbnasError(f"{where} has no architecture {brief(name)}; it holds: {', '.join(archs)}")
     defn = copy.deepcopy(archs[name])
     defn["name"] = name
     try:

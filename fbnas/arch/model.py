@@ -11,7 +11,7 @@ from fbnas.arch.folded_bn import fold_pays
 from fbnas.arch.limits import (MAX_CHANNELS, MAX_CLASSES, MAX_KERNEL, MAX_LAYERS, MAX_RESOLUTION,
                                at_most, check_map, check_weights)
 from fbnas.arch.ops import build_op, check_op_fits, conv_bn, op_width, out_size
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, brief
 
 
 def _field_int(d: Any, key: str, where: str, limit: int = MAX_CHANNELS) -> int:
@@ -19,7 +19,8 @@ def _field_int(d: Any, key: str, where: str, limit: int = MAX_CHANNELS) -> int:
         raise FbnasError(f"model definition: {where} is missing '{key}'")
     v = d[key]
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise FbnasError(f"model definition: {where}.{key} must be a positive integer, got {v!r}")
+        raise FbnasError(f"model definition: {where}.{key} must be a positive integer, got "
+                         f"{brief(v)}")
     return at_most(v, limit, f"model definition: {where}.{key}")
 
 
@@ -56,7 +57,7 @@ def validate_definition(defn: Any) -> None:
             raise FbnasError(f"model definition: {where} is missing 'op'")
         try:
             check_op_fits(b["op"], c_in, c_out, stride)
-            check_map(op_width(b["op"], c_in, c_out), h, h, f"op {b['op']!r}")
+            check_map(op_width(b["op"], c_in, c_out), h, h, f"op {brief(b['op'])}")
         except FbnasError as e:
             raise FbnasError(f"model definition: {where}: {e}") from None
         c, h = c_out, out_size(h, stride)

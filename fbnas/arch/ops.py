@@ -30,7 +30,7 @@ from torch import nn
 
 from fbnas.arch.folded_bn import InputStats, folded_conv_bn
 from fbnas.arch.limits import MAX_CHANNELS, MAX_KERNEL, check_weights
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, brief
 
 SUPPORTED_STRIDES = (1, 2)
 #: the module structures :mod:`fbnas.search.fused` folds; any other op runs as is in a fused forward
@@ -126,7 +126,7 @@ class OpSpec:
 def parse_op(name: str) -> OpSpec:
     """Parse an op name or raise FbnasError naming the grammar."""
     if not isinstance(name, str):
-        raise FbnasError(f"op name must be a string, got {name!r}; expected {grammar()}")
+        raise FbnasError(f"op name must be a string, got {brief(name)}; expected {grammar()}")
     for family in OPS.values():
         m = family.pattern.fullmatch(name)
         if m:
@@ -134,7 +134,7 @@ def parse_op(name: str) -> OpSpec:
                 return OpSpec(name, family, family.params(name, m))
             except ValueError:  # a number too long for int()
                 raise FbnasError(f"op {name[:40]!r}...: a number in it is too long") from None
-    raise FbnasError(f"unknown op {name!r}: expected {grammar()}")
+    raise FbnasError(f"unknown op {brief(name)}: expected {grammar()}")
 
 
 def check_op_fits(name: str, c_in: int, c_out: int, stride: int) -> None:
@@ -143,9 +143,9 @@ def check_op_fits(name: str, c_in: int, c_out: int, stride: int) -> None:
     if stride not in SUPPORTED_STRIDES:
         raise FbnasError(f"stride {stride} is not supported; use one of {SUPPORTED_STRIDES}")
     if c_in < 1 or c_out < 1:
-        raise FbnasError(f"op {name!r}: channels must be positive, got {c_in} -> {c_out}")
+        raise FbnasError(f"op {brief(name)}: channels must be positive, got {c_in} -> {c_out}")
     if max(c_in, c_out) > MAX_CHANNELS:
-        raise FbnasError(f"op {name!r}: {c_in} -> {c_out} channels is above fbnas's limit of "
+        raise FbnasError(f"op {brief(name)}: {c_in} -> {c_out} channels is above fbnas's limit of "
                          f"{MAX_CHANNELS}")
     if spec.family.fits is not None:
         spec.family.fits(spec, c_in, c_out, stride)
@@ -257,25 +257,26 @@ def _block_params(name: str, m: re.Match) -> dict:
     k, e = int(m["kernel"]), int(m["expansion"])
     g = int(m["groups"]) if m["groups"] else 1
     if k < 1 or k % 2 == 0:
-        raise FbnasError(f"op {name!r}: kernel size must be odd and positive, got {k}")
+        raise FbnasError(f"op {brief(name)}: kernel size must be odd and positive, got {k}")
     if k > MAX_KERNEL:
-        raise FbnasError(f"op {name!r}: kernel size {k} is above fbnas's limit of {MAX_KERNEL}")
+        raise FbnasError(f"op {brief(name)}: kernel size {k} is above fbnas's limit of "
+                         f"{MAX_KERNEL}")
     if e < 1:
-        raise FbnasError(f"op {name!r}: expansion must be at least 1, got {e}")
+        raise FbnasError(f"op {brief(name)}: expansion must be at least 1, got {e}")
     if g < 1:
-        raise FbnasError(f"op {name!r}: groups must be at least 1, got {g}")
+        raise FbnasError(f"op {brief(name)}: groups must be at least 1, got {g}")
     return {"kernel": k, "expansion": e, "groups": g}
 
 
 def _block_fits(spec: OpSpec, c_in: int, c_out: int, stride: int) -> None:
     g, mid = spec.groups, c_in * spec.expansion
     if mid > MAX_CHANNELS:
-        raise FbnasError(f"op {spec.name!r} expands {c_in} channels to {mid}, above fbnas's "
+        raise FbnasError(f"op {brief(spec.name)} expands {c_in} channels to {mid}, above fbnas's "
                          f"limit of {MAX_CHANNELS}; use a smaller expansion")
-    check_weights(mid * (c_in // g + spec.kernel ** 2 + c_out // g), f"op {spec.name!r}")
+    check_weights(mid * (c_in // g + spec.kernel ** 2 + c_out // g), f"op {brief(spec.name)}")
     if g > 1 and (c_in % g or c_out % g):
         raise FbnasError(
-            f"op {spec.name!r} needs channels divisible by its {g} groups, got {c_in} -> "
+            f"op {brief(spec.name)} needs channels divisible by its {g} groups, got {c_in} -> "
             f"{c_out}; change the stage's channels or drop the op"
         )
 

@@ -13,7 +13,7 @@ from typing import Any
 from fbnas.arch.limits import (MAX_CHANNELS, MAX_CLASSES, MAX_KERNEL, MAX_LAYERS, MAX_RESOLUTION,
                                at_most, check_map, check_weights)
 from fbnas.arch.ops import SUPPORTED_STRIDES, check_op_fits, op_width, out_size
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, brief
 from fbnas.io import load_yaml
 from fbnas.resources import bundled, names_a_file
 
@@ -44,7 +44,7 @@ class Layer:
 
 def _pos_int(value: Any, field: str, limit: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise FbnasError(f"space field {field} must be a positive integer, got {value!r}")
+        raise FbnasError(f"space field {field} must be a positive integer, got {brief(value)}")
     return value if limit is None else at_most(value, limit, f"space field {field}")
 
 
@@ -145,7 +145,7 @@ class SearchSpace:
                 for op in stage_cands:
                     try:
                         check_op_fits(op, c, c_out, stride)
-                        check_map(op_width(op, c, c_out), h, w, f"op {op!r}")
+                        check_map(op_width(op, c, c_out), h, w, f"op {brief(op)}")
                     except FbnasError as e:
                         raise FbnasError(f"space field {field}.candidates: {e}") from None
                 layers.append(Layer(len(layers), si, c, c_out, stride, h, w, tuple(stage_cands)))
@@ -187,7 +187,7 @@ class SearchSpace:
         blocks = []
         for layer, op in zip(self.layers, ops):
             if op not in layer.candidates:
-                raise FbnasError(f"op {op!r} is not a candidate of layer {layer.index} "
+                raise FbnasError(f"op {brief(op)} is not a candidate of layer {layer.index} "
                                  f"(candidates: {', '.join(layer.candidates)})")
             blocks.append({"op": op, "c_in": layer.c_in, "c_out": layer.c_out,
                            "stride": layer.stride})
@@ -223,7 +223,7 @@ def load_space(name_or_path: str | Path) -> SearchSpace:
     else:
         spaces = bundled_spaces()
         if str(name_or_path) not in spaces:
-            raise FbnasError(f"unknown space {str(name_or_path)!r}: give a YAML file path or "
+            raise FbnasError(f"unknown space {brief(str(name_or_path))}: give a YAML file path or "
                              f"one of {', '.join(spaces) or '(none found)'}")
         source = spaces[str(name_or_path)]
     raw = load_yaml(source, "space file")

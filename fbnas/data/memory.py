@@ -16,7 +16,7 @@ import torch
 from fbnas.data.cifar import load_cifar10
 from fbnas.data.dataset import Dataset, channel_stats
 from fbnas.data.folders import SKIP_HINT, FolderIndex, check_resolution, scan_folder, shown
-from fbnas.errors import FbnasError, UsageError
+from fbnas.errors import FbnasError, UsageError, brief
 
 
 def load_dataset(data_dir: str | Path, kind: str = "cifar10", resolution: int = 32) -> Dataset:
@@ -28,7 +28,7 @@ def load_dataset(data_dir: str | Path, kind: str = "cifar10", resolution: int = 
         return load_cifar10(data_dir)
     if kind == "folder":
         return load_image_folder(scan_folder(data_dir), resolution)
-    raise UsageError(f"unknown dataset kind {kind!r}; use 'cifar10' or 'folder'")
+    raise UsageError(f"unknown dataset kind {brief(kind)}; use 'cifar10' or 'folder'")
 
 
 def load_image_folder(index: FolderIndex, resolution: int, skip_bad: bool = False) -> Dataset:

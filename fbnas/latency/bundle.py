@@ -39,7 +39,7 @@ import numpy as np
 
 import fbnas
 from fbnas.arch.space import SearchSpace
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, brief
 from fbnas.latency.device_runner import MAX_SEED
 from fbnas.latency.lut import profile_units, table_layout
 from fbnas.latency.runtimes import (DEFAULT_BLOCK_TIME, GRAPH_OPTIMIZATION, INTER_OP_THREADS,
@@ -270,7 +270,8 @@ def write_bundle(space: SearchSpace, out: str | Path, precision: str = "fp32", b
     from fbnas.arch.export import require_onnx
 
     if precision not in PRECISIONS:
-        raise FbnasError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+        raise FbnasError(f"unknown precision {brief(precision)}; use one of "
+                         f"{', '.join(PRECISIONS)}")
     if batch < 1:
         raise FbnasError("--batch must be at least 1")
     if networks < 5:

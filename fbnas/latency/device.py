@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from fbnas.arch.space import SearchSpace
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, brief
 from fbnas.io import read_json
 from fbnas.latency.bundle import BUNDLE_SCHEMA, PRECISIONS, calibration_archs, manifest_text
 from fbnas.latency.device_runner import MAX_BLOCK_TIME, MAX_ROUNDS, MAX_SEED, MAX_THREADS
@@ -85,7 +85,7 @@ class _Results:
             where = ".".join(keys)
             span = f"at least {lo:g}" if hi == math.inf else f"from {lo:g} to {hi:g}"
             what = "an integer" if integer else "a number"
-            raise self.error(f"'{where}' is {value!r}, not {what} {span} (edited?)")
+            raise self.error(f"'{where}' is {brief(value)}, not {what} {span} (edited?)")
         return value
 
     def text(self, *keys: str, optional: bool = False) -> str | None:
@@ -203,9 +203,9 @@ def _check_summaries(res: _Results, section: str, summaries: dict, recomputed: d
             value = theirs.get(field)
             if isinstance(value, bool) or not isinstance(value, (int, float)) \
                     or not _close(float(value), mine[field]):
-                raise res.error(f"{section} {key}: its {field} {value!r} us does not follow from "
-                                f"its timed blocks ({mine[field]:.6g} us): the file was edited "
-                                "or written by another runner")
+                raise res.error(f"{section} {key}: its {field} {brief(value)} us does not "
+                                f"follow from its timed blocks ({mine[field]:.6g} us): the file "
+                                "was edited or written by another runner")
 
 
 def read_results(space: SearchSpace, path: str | Path) -> dict:
@@ -216,8 +216,8 @@ def read_results(space: SearchSpace, path: str | Path) -> dict:
     res = _Results(path)
     if not isinstance(res.data, dict) or res.data.get("schema") != RESULTS_SCHEMA:
         got = res.data.get("schema") if isinstance(res.data, dict) else None
-        raise res.error(f"schema is {got!r}, not {RESULTS_SCHEMA!r}: not the output of a bundle's "
-                        "run.py", "pass the file run.py --out wrote")
+        raise res.error(f"schema is {brief(got)}, not {RESULTS_SCHEMA!r}: not the output of a "
+                        "bundle's run.py", "pass the file run.py --out wrote")
     _check_records(res)
     manifest = res.get("manifest")
     want_sha = res.get("manifest_sha256", kind=str)
@@ -225,8 +225,8 @@ def read_results(space: SearchSpace, path: str | Path) -> dict:
         raise res.error("the manifest it carries differs from the bundle's manifest.json it was "
                         "timed with (sha256 " + want_sha[:12] + "...)")
     if manifest.get("schema") != BUNDLE_SCHEMA:
-        raise res.error(f"its bundle is of schema {manifest.get('schema')!r}, this fbnas reads "
-                        f"{BUNDLE_SCHEMA!r}", "write the bundle again with this fbnas")
+        raise res.error(f"its bundle is of schema {brief(manifest.get('schema'))}, this fbnas "
+                        f"reads {BUNDLE_SCHEMA!r}", "write the bundle again with this fbnas")
 
     # the space
     sp = res.get("manifest", "space")
@@ -237,8 +237,8 @@ def read_results(space: SearchSpace, path: str | Path) -> dict:
     batch = res.get("manifest", "batch", kind=int)
     precision = res.get("manifest", "precision", kind=str)
     if precision not in PRECISIONS or batch < 1:
-        raise res.error(f"the bundle's precision {precision!r} or batch {batch!r} is not one "
-                        "fbnas writes", "write the bundle again")
+        raise res.error(f"the bundle's precision {brief(precision)} or batch {brief(batch)} is "
+                        "not one fbnas writes", "write the bundle again")
     specs, layers, fixed = table_layout(space, batch)
     entries = res.get("manifest", "entries")
     for key, spec in specs.items():

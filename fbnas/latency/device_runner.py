@@ -413,6 +413,17 @@ def sha256_of(path):
     return h.hexdigest()
 
 
+def shown(value, limit=80, quote=True):
+    """repr of a value for an error (the string itself for a name, ``quote`` False), cut to
+    about ``limit`` characters with its length (as fbnas.errors.brief: an edited manifest can
+    hold a string of megabytes)."""
+    if isinstance(value, str) and len(value) > limit:
+        return "%s... (%d characters)" % ((repr if quote else str)(value[:limit - 10]),
+                                          len(value))
+    text = repr(value) if quote or not isinstance(value, str) else value
+    return text if len(text) <= limit else "%s... (%d characters)" % (text[:limit - 3], len(text))
+
+
 class KeyTwice(ValueError):
     def __init__(self, key):
         ValueError.__init__(self, key)
@@ -442,7 +453,7 @@ def read_manifest(bundle):
         manifest = json.loads(raw.decode("utf-8"), object_pairs_hook=unique_keys)
     except KeyTwice as e:
         raise RunnerError("%s gives the key %s twice in one object (edited?); copy the bundle "
-                          "again" % (path, repr(e.key)[:80]))
+                          "again" % (path, shown(e.key)))
     except (UnicodeDecodeError, ValueError):
         raise RunnerError("%s is not valid JSON (truncated or corrupted?); copy the bundle "
                           "again" % path)
@@ -500,14 +511,15 @@ def check_manifest(manifest, path):
         value = manifest["protocol"][field]
         if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)) \
                 or not (math.isfinite(value) and lo <= value <= hi):
-            raise RunnerError("%s: protocol.%s is %r, not %s from %g to %g (edited?); copy the "
-                              "bundle again" % (path, field, value,
+            raise RunnerError("%s: protocol.%s is %s, not %s from %g to %g (edited?); copy the "
+                              "bundle again" % (path, field, shown(value),
                                                 "an integer" if integer else "a number", lo, hi))
     batch = manifest["batch"]
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1 \
             or not isinstance(manifest["precision"], str):
-        raise RunnerError("%s: its batch %r or precision %r is not one fbnas writes (edited?); "
-                          "copy the bundle again" % (path, batch, manifest["precision"]))
+        raise RunnerError("%s: its batch %s or precision %s is not one fbnas writes (edited?); "
+                          "copy the bundle again"
+                          % (path, shown(batch), shown(manifest["precision"])))
     for what in ("entries", "networks"):
         for key, item in manifest[what].items():
             shape = item["input"]
@@ -516,10 +528,12 @@ def check_manifest(manifest, path):
                     or not all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= 2 ** 16
                                for d in shape):
                 raise RunnerError("%s: %s %s has a malformed file, sha256 or input shape "
-                                  "(edited?); copy the bundle again" % (path, _ONE[what], key))
+                                  "(edited?); copy the bundle again"
+                                  % (path, _ONE[what], shown(key, quote=False)))
             if os.path.isabs(item["file"]) or ".." in item["file"].replace("\\", "/").split("/"):
-                raise RunnerError("%s: %s %s names the file %r outside the bundle (edited?); "
-                                  "copy the bundle again" % (path, _ONE[what], key, item["file"]))
+                raise RunnerError("%s: %s %s names the file %s outside the bundle (edited?); "
+                                  "copy the bundle again"
+                                  % (path, _ONE[what], shown(key, quote=False), shown(item["file"])))
     if not isinstance(manifest["units"], list) or \
             not all(isinstance(u, list) and all(isinstance(k, str) for k in u)
                     for u in manifest["units"]):

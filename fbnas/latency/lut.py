@@ -22,7 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from fbnas.arch.model import Head, Stem
 from fbnas.arch.ops import build_op
 from fbnas.arch.space import Layer, SearchSpace
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, brief
 from fbnas.io import read_json, refuse_overwrite, write_json
 from fbnas.latency.runtimes import (DEFAULT_BLOCK_TIME, RUNTIMES, UNRECORDED_RUNTIME, Runner,
                                     Runtime, make_runtime)
@@ -304,7 +304,7 @@ def upgrade(data: Any, where: str = "lookup table") -> Any:
         if isinstance(e, dict):
             flops = e.get("flops")
             if not _count(flops, 0) or flops % 2:
-                raise FbnasError(f"{where}: entry {key} has a bad flops: {flops!r} (a "
+                raise FbnasError(f"{where}: entry {key} has a bad flops: {brief(flops)} (a "
                                  f"{PREVIOUS_SCHEMA} table holds torch's FLOP counts, an even "
                                  "integer: 2 per multiply-add); re-run fbnas profile")
             e = {("macs" if k == "flops" else k): (v // 2 if k == "flops" else v)
@@ -332,7 +332,7 @@ class LUT:
         if not isinstance(d, dict):
             raise self._err("top level must be a JSON object")
         if d.get("schema") != SCHEMA:
-            raise self._err(f"schema is {d.get('schema')!r}, this fbnas reads {SCHEMA!r} (and "
+            raise self._err(f"schema is {brief(d.get('schema'))}, this fbnas reads {SCHEMA!r} (and "
                             f"{PREVIOUS_SCHEMA!r}); re-run fbnas profile")
         for key in ("space", "environment", "protocol", "entries", "layers", "fixed"):
             if key not in d:
@@ -350,7 +350,7 @@ class LUT:
             for field in ("median", "iqr", "min", "runs", "macs", "params"):
                 ok = _positive(e.get(field), allow_zero=field not in ("median", "min", "runs"))
                 if not ok:
-                    raise self._err(f"entry {key} has a bad {field}: {e.get(field)!r} "
+                    raise self._err(f"entry {key} has a bad {field}: {brief(e.get(field))} "
                                     "(want a finite positive number)")
             for field in ("median", "iqr", "min"):
                 if e[field] > MAX_ENTRY_US:  # sums of such entries overflow to inf
@@ -370,8 +370,8 @@ class LUT:
                 raise self._err(f"the {name} entry is missing")
         runtime = d["protocol"].get("runtime", UNRECORDED_RUNTIME)
         if runtime not in RUNTIMES:
-            raise self._err(f"was measured with runtime {runtime!r}, which this fbnas does not "
-                            f"know ({', '.join(RUNTIMES)}); re-run fbnas profile")
+            raise self._err(f"was measured with runtime {brief(runtime)}, which this fbnas does "
+                            f"not know ({', '.join(RUNTIMES)}); re-run fbnas profile")
         cal = d.get("calibration")
         if cal is not None:
             if not (isinstance(cal, dict) and _positive(cal.get("a"), False)
@@ -396,10 +396,10 @@ class LUT:
                 raise self._err(f"{where} lacks '{field}' (truncated or hand-edited?); re-run "
                                 "fbnas profile")
             if not ok(value[field]):
-                raise self._err(f"{where}.{field} must be {want}, got {value[field]!r}")
+                raise self._err(f"{where}.{field} must be {want}, got {brief(value[field])}")
         for field, (ok, want) in _OPTIONAL.get(kind, {}).items():
             if field in value and not ok(value[field]):
-                raise self._err(f"{where}.{field} must be {want}, got {value[field]!r}")
+                raise self._err(f"{where}.{field} must be {want}, got {brief(value[field])}")
 
     @property
     def space_hash(self) -> str:
@@ -493,7 +493,8 @@ class LUT:
 
     def cost(self, key: str, metric: str = "latency") -> float:
         if metric not in METRICS:
-            raise FbnasError(f"unknown cost metric {metric!r}; use one of {', '.join(METRICS)}")
+            raise FbnasError(f"unknown cost metric {brief(metric)}; use one of "
+                             f"{', '.join(METRICS)}")
         e = self.entry(key)
         return float(e["median"] if metric == "latency" else e[metric])
 
@@ -517,7 +518,7 @@ class LUT:
         total = self.fixed_cost(metric)
         for layer, op in zip(self.data["layers"], ops):
             if op not in layer["candidates"]:
-                raise FbnasError(f"op {op!r} is not a candidate of layer {layer['index']}")
+                raise FbnasError(f"op {brief(op)} is not a candidate of layer {layer['index']}")
             total += self.cost(layer["candidates"][op], metric)
         return total
 

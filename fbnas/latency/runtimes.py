@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable
 
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, brief
 
 if TYPE_CHECKING:  # torch is imported where it is used, so the CLI can read RUNTIMES cheaply
     import torch
@@ -180,4 +180,4 @@ def make_runtime(runtime: str | Runtime, threads: int = 1) -> Runtime:
         return Eager(threads)
     if runtime == "onnxruntime":
         return OnnxRuntime(threads)
-    raise FbnasError(f"unknown runtime {runtime!r}; use one of {', '.join(RUNTIMES)}")
+    raise FbnasError(f"unknown runtime {brief(runtime)}; use one of {', '.join(RUNTIMES)}")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from fbnas.arch.definition import space_hash_of, structure_difference
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, brief
 from fbnas.io import atomic_write
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, Path]:
 def _check_format(ck: Any, where: str) -> dict:
     if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT:
         got = ck.get("format") if isinstance(ck, dict) else type(ck).__name__
-        raise FbnasError(f"{where} is not an fbnas checkpoint (format {got!r}, want "
+        raise FbnasError(f"{where} is not an fbnas checkpoint (format {brief(got)}, want "
                          f"{CHECKPOINT_FORMAT!r})")
     return ck
 
@@ -146,7 +146,7 @@ def load_checkpoint(path: str | Path, kind: str | None = None, fix: str = "") ->
     where = f"checkpoint {ckpt_path}"
     ck = _check_format(load_torch(ckpt_path), where)
     if kind is not None and ck.get("kind") != kind:
-        raise FbnasError(f"{where} is a {ck.get('kind')!r} checkpoint, not a {kind} "
+        raise FbnasError(f"{where} is a {brief(ck.get('kind'))} checkpoint, not a {kind} "
                          f"checkpoint{'; ' + fix if fix else ''}")
     if not isinstance(ck.get("config"), dict):
         raise FbnasError(f"{where} lacks its run's 'config' (truncated or hand-edited?)")
@@ -164,7 +164,7 @@ def load_weights_file(path: str | Path) -> tuple[dict, dict | None]:
     obj = load_torch(path)
     if isinstance(obj, dict) and "format" in obj:
         if obj.get("format") != CHECKPOINT_FORMAT:
-            raise FbnasError(f"checkpoint {path} has format {obj.get('format')!r}; this fbnas "
+            raise FbnasError(f"checkpoint {path} has format {brief(obj.get('format'))}; this fbnas "
                              f"reads {CHECKPOINT_FORMAT!r}")
         if obj.get("kind") == "search":
             raise FbnasError(f"{path} is a search (supernet) checkpoint; retrain the "

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fbnas.errors import FbnasError, Warn, warn_stderr
+from fbnas.errors import FbnasError, Warn, brief, warn_stderr
 
 #: most partial networks kept after a layer; more only for (near-)linear theta, see above
 MAX_STATES = 20_000
@@ -358,7 +358,7 @@ def raw_limit(lut, budget_us: float) -> float:
     a, b = cal
     if not (math.isfinite(a) and a > 0):
         where = f"lookup table {lut.path}" if lut.path else "the lookup table"
-        raise FbnasError(f"{where} has calibration a = {a!r}; a latency budget needs a > 0 "
+        raise FbnasError(f"{where} has calibration a = {brief(a)}; a latency budget needs a > 0 "
                          "(re-run fbnas calibrate --force)")
 
     def fits(x: float) -> bool:

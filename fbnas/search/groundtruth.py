@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, brief
 from fbnas.io import parse_json
 
 #: the candidate each digit of a key stands for (the space's candidate order)
@@ -36,14 +36,14 @@ def key_of(ops: list[str]) -> str:
         return "".join(str(DIGITS.index(op)) for op in ops)
     except ValueError:
         bad = next(op for op in ops if op not in DIGITS)
-        raise FbnasError(f"op {bad!r} is not a NAS-Bench-Macro candidate (the space has "
+        raise FbnasError(f"op {brief(bad)} is not a NAS-Bench-Macro candidate (the space has "
                          f"{', '.join(DIGITS)})") from None
 
 
 def ops_of(key: str) -> list[str]:
     """The architecture of a benchmark key: ``"10..."`` -> ``["k3_e3", "skip", ...]``."""
     if not (isinstance(key, str) and key and set(key) <= set("012")):
-        raise FbnasError(f"NAS-Bench-Macro key {key!r} must be digits 0, 1 and 2")
+        raise FbnasError(f"NAS-Bench-Macro key {brief(key)} must be digits 0, 1 and 2")
     return [DIGITS[int(c)] for c in key]
 
 
@@ -56,7 +56,7 @@ class Truth:
 
     def __getitem__(self, key: str) -> float:
         if key not in self.accuracy:
-            raise FbnasError(f"NAS-Bench-Macro has no network {key!r}")
+            raise FbnasError(f"NAS-Bench-Macro has no network {brief(key)}")
         return self.accuracy[key]
 
 

@@ -54,7 +54,7 @@ def pick(cfg, networks: int = DEFAULT_NETWORKS, rule: str = PICK_RULES[0],
     from fbnas.arch.space import load_space
     from fbnas.config import Budget
     from fbnas.data.splits import make_splits
-    from fbnas.errors import FbnasError, UsageError, warn_stderr
+    from fbnas.errors import FbnasError, UsageError, brief, warn_stderr
     from fbnas.latency.lut import load_lut
     from fbnas.runs.loaders import open_dataset
     from fbnas.search.window import check_budget
@@ -63,7 +63,7 @@ def pick(cfg, networks: int = DEFAULT_NETWORKS, rule: str = PICK_RULES[0],
     from fbnas.search.oneshot_check import checked_networks, choose, log_probabilities
 
     if rule not in PICK_RULES:
-        raise UsageError(f"a pick decides by {' or '.join(PICK_RULES)}, not {rule!r}: the "
+        raise UsageError(f"a pick decides by {' or '.join(PICK_RULES)}, not {brief(rule)}: the "
                          "other rules score networks on a trained supernet (fbnas train)")
     budget = Budget.of(cfg)
     if budget is None:

@@ -21,7 +21,7 @@ import fbnas
 from fbnas.arch.definition import CORE_KEYS
 from fbnas.arch.space import SearchSpace
 from fbnas.config import Budget
-from fbnas.errors import FbnasError, UsageError
+from fbnas.errors import FbnasError, UsageError, brief
 from fbnas.io import file_hash
 from fbnas.search.checkpoint import SearchCheckpoint
 from fbnas.search.window import ops_in_window
@@ -38,7 +38,7 @@ def safe_name(text: str) -> str:
 def check_name(name: str) -> str:
     """Raise FbnasError unless ``name`` is a usable architecture name."""
     if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise FbnasError(f"architecture name {name!r} must start with a letter or digit and "
+        raise FbnasError(f"architecture name {brief(name)} must start with a letter or digit and "
                          "hold only letters, digits, '_', '.' and '-'")
     return name
 

@@ -37,7 +37,7 @@ from fbnas.arch.model import Head, Stem
 from fbnas.arch.ops import build_op
 from fbnas.arch.pointwise import route_small_map_pointwise
 from fbnas.arch.space import Layer, SearchSpace
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, brief
 from fbnas.latency.lut import LUT
 from fbnas.search.entangled import entangled_candidates, route_entangled
 from fbnas.search.fused import FusedPlan, fused_forward, route_around_strided_pointwise
@@ -267,7 +267,7 @@ class Supernet(nn.Module):
         weights = []
         for layer, op in zip(self.layers, ops):
             if op not in layer.candidates:
-                raise FbnasError(f"op {op!r} is not a candidate of this layer")
+                raise FbnasError(f"op {brief(op)} is not a candidate of this layer")
             pick = torch.tensor(layer.candidates.index(op), device=layer.cost.device)
             weights.append(F.one_hot(pick, len(layer.candidates)).double())
         # in float64, one-hot: the table's float32 costs summed exactly as Python floats

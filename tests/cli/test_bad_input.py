@@ -221,6 +221,49 @@ def test_a_key_given_twice_in_any_json_file_is_refused(tmp_path, tiny_lut_data, 
         runner.read_manifest(str(tmp_path))
 
 
+def test_a_huge_value_is_cut_in_the_error_that_echoes_it(tmp_path, tiny_lut_data):
+    """A 50 MB string in a table gave a 52 MB "one-line" error."""
+    big = "x" * 5_000_000
+
+    def huge(d):
+        next(iter(d["entries"].values()))["c_in"] = big
+    r = cli("show-lut", _table(tmp_path, tiny_lut_data, "t.json", huge))
+    assert_user_error(r, "t.json", "must be a positive integer", "(5,000,000 characters)")
+    assert len(r.stderr) < 400
+    r = cli("train", "--set", f"loss.form={big[:100_000]}", "--out", tmp_path / "run")
+    assert r.exit_code == 2 and "(100,000 characters)" in r.output and len(r.output) < 400
+
+
+def test_errors_and_warnings_are_capped_where_they_are_printed(capsys):
+    """The last resort for a value echoed without errors.brief: long runs are cut with their
+    length, and a line still too long keeps its start and its end, where the fix is."""
+    from click.testing import CliRunner
+
+    from fbnas.cli import main
+    from fbnas.errors import MAX_LINE, brief, capped, warn_stderr
+
+    assert brief("a" * 10) == repr("a" * 10)
+    assert brief("a" * 1000).endswith("... (1,000 characters)") and len(brief("a" * 1000)) < 100
+    assert brief(list(range(1000))).endswith("characters)")
+    assert capped("short") == "short"
+    line = capped("bad value " + "y" * 10**6 + " (edited?); pass --force")
+    assert line.endswith("(1,000,000 characters) (edited?); pass --force") and len(line) < 200
+    line = capped("word " * 10**5 + "pass --force")
+    assert len(line) <= MAX_LINE + 60 and line.endswith("pass --force")
+    assert "characters left out" in line
+    warn_stderr("measured on " + "z" * 10**6)
+    assert len(capsys.readouterr().err) < 200
+
+    @main.command("fail-long")
+    def fail_long():
+        raise FbnasError("it is " + "q" * 10**6 + " and should not be; fix it")
+    try:
+        r = CliRunner().invoke(main, ["fail-long"])
+    finally:
+        main.commands.pop("fail-long")
+    assert_user_error(r, "(1,000,000 characters) and should not be; fix it")
+
+
 def test_a_table_of_absurd_medians_is_refused(tmp_path, tiny_lut_data):
     """1e308 us entries summed to "inf .. inf ms"."""
     def absurd(d):

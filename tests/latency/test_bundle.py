@@ -695,3 +695,18 @@ def test_runner_refuses_a_manifest_input_its_onnx_file_does_not_take(bundle, tmp
     proc = run_py(copy, "--out", "r.json", *RUN, cwd=tmp_path)
     assert_one_line_error(proc, key, "1x3x999x999", "copy the bundle again")
     assert not (tmp_path / "r.json").exists()
+
+
+def test_runner_errors_cut_a_huge_value():
+    """An edited manifest's megabyte string is shown cut, with its length."""
+    manifest = {"schema": runner.BUNDLE_SCHEMA, "space": {"name": "s"}, "runner": {},
+                "protocol": {f: 2 for f in runner._PROTOCOL_FIELDS}, "entries": {"e": {}},
+                "networks": {"n": {}}, "units": [], "precision": "fp32", "batch": 1}
+    manifest["protocol"].update(block_time_s=0.001, rel_iqr=0.1, tie_margin="m" * 10**6)
+    manifest["entries"]["e"] = {"file": "e.onnx", "sha256": "0", "input": [1], "kind": "k",
+                                "op": "o"}
+    manifest["networks"]["n"] = {"file": "n.onnx", "sha256": "0", "input": [1]}
+    with pytest.raises(runner.RunnerError, match=r"protocol.tie_margin is 'mmm+'\.\.\. "
+                                                 r"\(1000000 characters\)") as e:
+        runner.check_manifest(manifest, "manifest.json")
+    assert len(str(e.value)) < 300
