@@ -235,7 +235,7 @@ class LossConfig:
     alpha: float = _key(0.2, "scale of the paper loss (theta's Adam ignores it)")
     beta: float = _key(0.6, "exponent of log LAT in the paper loss: higher, faster networks")
     target_ms: Optional[float] = _key(None, "the latency budget in ms of the target form "
-                                            "(--target-ms)")
+                                            "(--target-ms)", bound=(MAX_BUDGET_MS, BUDGET_WHY))
     # how the default was chosen: docs/search.md, Loss
     target_weight: float = _key(1.0, "weight of the target penalty |LAT / target - 1| "
                                      "against the cross-entropy")
