@@ -26,6 +26,11 @@ TEST_SPLITS = ("test", "val")
 FOLDER_LAYOUT = ("ROOT/train/<class>/*.png|jpg and ROOT/test/<class>/*.png|jpg (or ROOT/val/), "
                  "or ROOT/<class>/*.png|jpg (no test split)")
 SKIP_HINT = "remove it, or set data.skip_bad: true to skip unreadable files"
+#: the most pixels an image fbnas decodes may have: 8192 x 8192, 192 MB decoded as RGB, in
+#: every decoding process at once. Training images are shrunk to a few hundred pixels a
+#: side, so a larger one is a mistake or a decompression bomb (a small file whose header
+#: claims a huge image); Pillow only warns up to twice its own limit of about 89 million
+MAX_IMAGE_PIXELS = 8192 * 8192
 
 
 @dataclass
@@ -281,17 +286,57 @@ def drop_unreadable(index: FolderIndex, part: Split, bad: dict[int, str],
                          f"expected {folder_layout(shown(index.root))}")
 
 
+class ImageTooLarge(ValueError):
+    """An image whose header claims more pixels than fbnas decodes; the message says why."""
+
+
+def _too_large(pixels: str) -> ImageTooLarge:
+    side = int(MAX_IMAGE_PIXELS ** 0.5)
+    return ImageTooLarge(f"claims {pixels} pixels, more than the {MAX_IMAGE_PIXELS:,} "
+                         f"({side}x{side}) fbnas decodes (a decompression bomb?)")
+
+
+def open_image(path: str | Path):
+    """``Image.open(path)`` (header only, nothing decoded) under fbnas's own pixel limit, the
+    one way fbnas opens an image: an image above ``MAX_IMAGE_PIXELS`` raises
+    :class:`ImageTooLarge`, and so does one Pillow itself finds too large, whose
+    DecompressionBombWarning (printed raw, once per worker process) becomes this refusal."""
+    import warnings
+
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        try:
+            img = Image.open(path)
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+            raise _too_large(_claimed(str(e))) from None
+    w, h = img.size
+    if w * h > MAX_IMAGE_PIXELS:
+        img.close()
+        raise _too_large(f"{w}x{h}")
+    return img
+
+
+def _claimed(message: str) -> str:
+    """The pixel count in Pillow's decompression-bomb message ("Image size (N pixels)...")."""
+    import re
+
+    m = re.search(r"\((\d+) pixels\)", message)
+    return f"{int(m.group(1)):,}" if m else "more"
+
+
 def check_header(path: Path) -> str | None:
-    """Why ``path`` is not an image Pillow can open (header only), else None."""
-    from PIL import Image, UnidentifiedImageError
+    """Why ``path`` is not an image fbnas opens (header only), else None."""
+    from PIL import UnidentifiedImageError
 
     try:
-        with Image.open(path) as img:
+        with open_image(path) as img:
             w, h = img.size
             if w < 1 or h < 1:
                 return f"has no pixels ({w}x{h})"
-    except Image.DecompressionBombError:
-        return "has more pixels than Pillow opens safely (a decompression bomb?)"
+    except ImageTooLarge as e:
+        return str(e)
     except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as e:
         return shown(f"cannot be read as an image ({e})")
     return None
@@ -301,14 +346,14 @@ def open_rgb(path: str):
     """The image at ``path`` as a fully decoded RGB Pillow image; ValueError with a short
     reason if it cannot be (Pillow refuses truncated data unless told otherwise, and fbnas
     does not tell it)."""
-    from PIL import Image
-
     try:
-        with Image.open(path) as img:
+        with open_image(path) as img:
             out = img.convert("RGB")
             out.load()
             return out
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+    except ImageTooLarge:
+        raise
+    except (OSError, ValueError, SyntaxError) as e:
         raise ValueError(shown(str(e) or type(e).__name__)) from None
 
 

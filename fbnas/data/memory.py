@@ -15,7 +15,8 @@ import torch
 
 from fbnas.data.cifar import load_cifar10
 from fbnas.data.dataset import Dataset, channel_stats
-from fbnas.data.folders import SKIP_HINT, FolderIndex, check_resolution, scan_folder, shown
+from fbnas.data.folders import (SKIP_HINT, FolderIndex, ImageTooLarge, check_resolution, open_image,
+                                 scan_folder, shown)
 from fbnas.errors import FbnasError, UsageError, brief
 
 
@@ -56,7 +57,7 @@ def _decode_split(index: FolderIndex, split, resolution: int, skip_bad: bool):
     keep = []
     for n, path in enumerate(split.files):
         try:
-            with Image.open(path) as img:
+            with open_image(path) as img:
                 # JPEG can decode at a reduced scale directly, which is much cheaper than
                 # decoding the full image only to shrink it.
                 img.draft("RGB", (resolution, resolution))
@@ -64,8 +65,8 @@ def _decode_split(index: FolderIndex, split, resolution: int, skip_bad: bool):
                                    Image.Resampling.BICUBIC)
                 out[len(keep)] = np.asarray(img)
                 keep.append(n)
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
-            why = shown(f"cannot be decoded ({e})")
+        except (OSError, ValueError, SyntaxError) as e:
+            why = str(e) if isinstance(e, ImageTooLarge) else shown(f"cannot be decoded ({e})")
             if not skip_bad:
                 raise FbnasError(f"image {shown(path)} {why}; {SKIP_HINT}") from None
             index.skipped.append((shown(path), why))

@@ -8,6 +8,7 @@ import copy
 import json
 import os
 import pickle
+import re
 import time
 
 import pytest
@@ -569,20 +570,63 @@ def test_cifar_labels_that_are_not_integers_are_refused(tmp_path):
         load_dataset(tmp_path)
 
 
-def test_an_image_too_large_to_open_safely_names_the_file(tmp_path, monkeypatch):
-    """A 20000x20000 PNG stopped with Pillow's DecompressionBombError; the limit is lowered
-    here so that the test need not write one."""
+def _claiming_jpeg(path, side: int) -> None:
+    """A 8x8 JPEG whose header (the SOF0 marker) claims ``side`` x ``side`` pixels."""
+    import io
+
     from PIL import Image
 
-    from fbnas.data.memory import load_dataset
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8), (200, 0, 0)).save(buf, "JPEG")
+    data = bytearray(buf.getvalue())
+    at = data.index(b"\xff\xc0") + 5
+    data[at:at + 4] = side.to_bytes(2, "big") * 2
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("side", [13_000, 20_000])
+def test_an_image_whose_header_claims_too_many_pixels_is_refused(tmp_path, side, recwarn):
+    """A JPEG claiming 13000x13000 was trained on, with Pillow's raw DecompressionBombWarning
+    printed once per worker (20000x20000 stopped with its error); fbnas refuses both in its
+    own line naming the file and the limit, or skips them under data.skip_bad."""
+    from PIL import Image
+
+    from fbnas.data.folders import (MAX_IMAGE_PIXELS, check_header, open_image, open_rgb,
+                                    scan_folder)
+    from fbnas.data.memory import load_dataset, load_image_folder
 
     for cls in ("a", "b"):
         (tmp_path / "train" / cls).mkdir(parents=True)
-        Image.new("RGB", (40, 40)).save(tmp_path / "train" / cls / "small.png")
-    Image.new("RGB", (200, 200)).save(tmp_path / "train" / "b" / "huge.png")
-    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 4000)  # errors above twice this
-    with pytest.raises(FbnasError, match="huge.png has more pixels than Pillow opens safely"):
+        for i in range(2):
+            Image.new("RGB", (40, 40)).save(tmp_path / "train" / cls / f"{i}.png")
+    bomb = tmp_path / "train" / "b" / "bomb.jpg"
+    _claiming_jpeg(bomb, side)
+    limit = f"more than the {MAX_IMAGE_PIXELS:,} (8192x8192) fbnas decodes"
+    claim = rf"bomb.jpg claims .* pixels, {re.escape(limit)}.*skip_bad"
+    with pytest.raises(FbnasError, match=claim):
         load_dataset(tmp_path, "folder", 32)
+    data = load_image_folder(scan_folder(tmp_path, skip_bad=True), 32, skip_bad=True)
+    assert len(data.train_labels) == 4 and any("bomb.jpg" in p for p, _ in data.skipped)
+    assert limit in check_header(bomb)
+    for opener in (open_image, open_rgb):
+        with pytest.raises(ValueError, match=re.escape(limit)):
+            opener(bomb)
+    assert not [w for w in recwarn if issubclass(w.category, Image.DecompressionBombWarning)]
+    r = cli("classes", tmp_path, "--num", 2, "--out", tmp_path / "list.txt")
+    assert "Traceback" not in r.output and "DecompressionBomb" not in r.output
+
+
+def test_pillows_own_lower_limit_is_refused_the_same_way(tmp_path, monkeypatch):
+    """A process that lowered Pillow's limit: its warning and error become the refusal."""
+    from PIL import Image
+
+    from fbnas.data.folders import check_header
+
+    Image.new("RGB", (60, 60)).save(tmp_path / "a.png")
+    Image.new("RGB", (200, 200)).save(tmp_path / "b.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 2000)
+    assert "claims 3,600 pixels, more than" in check_header(tmp_path / "a.png")  # a warning
+    assert "claims 40,000 pixels, more than" in check_header(tmp_path / "b.png")  # an error
 
 
 @pytest.mark.slow  # reads the CIFAR-10 subset
