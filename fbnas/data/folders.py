@@ -391,6 +391,8 @@ def link_subset(root: str | Path, classes: list[str], dest: str | Path) -> int:
     root, dest = Path(root).resolve(), Path(dest)
     splits = [s for s in ("train", *TEST_SPLITS) if (root / s).is_dir()] or [""]
     made, tmp = 0, None
+    # the missing folders above dest, innermost first: made here, removed again on failure
+    parents = [p for p in dest.parents if not p.exists()]
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
@@ -404,5 +406,11 @@ def link_subset(root: str | Path, classes: list[str], dest: str | Path) -> int:
     except OSError as e:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-        raise FbnasError(f"cannot make the class folder links in {dest}: {e.strerror or e}")
+        for folder in parents:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise FbnasError(f"cannot make the class folder links in {dest}: {e.strerror or e}; "
+                         "pick another --link") from None
     return made

@@ -629,6 +629,30 @@ def test_pillows_own_lower_limit_is_refused_the_same_way(tmp_path, monkeypatch):
     assert "claims 40,000 pixels, more than" in check_header(tmp_path / "b.png")  # an error
 
 
+def test_classes_checks_both_targets_before_writing_anything(tmp_path, monkeypatch):
+    """--link under a file failed after the class list was written; it is refused first, and a
+    failure while linking removes what the links made."""
+    root = tmp_path / "imagenet"
+    for c in ("a", "b", "c"):
+        (root / "train" / c).mkdir(parents=True)
+    (tmp_path / "file").write_text("mine")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = tmp_path / "list.txt"
+    r = cli("classes", root, "--num", 2, "--out", out, "--link", tmp_path / "file" / "sub")
+    assert_user_error(r, "file is a file, not a folder", "pick another --link")
+    r = cli("classes", root, "--num", 2, "--out", tmp_path / "file" / "l.txt", "--link",
+            tmp_path / "sub")
+    assert_user_error(r, "is a file, not a folder", "pick another --out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+    def no_links(*args, **kwargs):
+        raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(os, "symlink", no_links)
+    r = cli("classes", root, "--num", 2, "--out", out, "--link", tmp_path / "new" / "sub")
+    assert_user_error(r, "cannot make the class folder links", "pick another --link")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
 @pytest.mark.slow  # reads the CIFAR-10 subset
 def test_a_one_channel_space_on_rgb_data(tmp_path, cifar_subset):
     import yaml
