@@ -405,7 +405,7 @@ def retrain(arch, name, config_path, data_dir, out, epochs, seed, device, thread
                    "whose calibrated predicted latency is at most MS milliseconds (exact) "
                    "[default: the search's latency budget, loss.target_ms, if it had one].")
 @click.option("--floor", default=None, type=click.FloatRange(min=0, max=1, max_open=True),
-              metavar="SHARE",
+              metavar="SHARE", callback=_finite,
               help="With a budget: the network must spend at least SHARE of it, where any "
                    "network of the space does (0: any network under it) [default: the "
                    "search's loss.target_floor].")
