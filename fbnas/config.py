@@ -235,7 +235,8 @@ class LossConfig:
     alpha: float = _key(0.2, "scale of the paper loss (theta's Adam ignores it)")
     beta: float = _key(0.6, "exponent of log LAT in the paper loss: higher, faster networks")
     target_ms: Optional[float] = _key(None, "the latency budget in ms of the target form "
-                                            "(--target-ms)", bound=(MAX_BUDGET_MS, BUDGET_WHY))
+                                            "(--target-ms)",
+                                      bound=(MAX_BUDGET_MS, BUDGET_WHY, "ms"))
     # how the default was chosen: docs/search.md, Loss
     target_weight: float = _key(1.0, "weight of the target penalty |LAT / target - 1| "
                                      "against the cross-entropy")
@@ -508,6 +509,27 @@ def check_floor(floor: float) -> None:
 MAX_WORKERS = 64
 
 
+#: the lowest Gumbel-softmax temperature a schedule may reach: theta and the noise are
+#: divided by it, and below this a float32 quotient of a large theta overflows
+MIN_TEMPERATURE = 1e-4
+
+
+def _check_final_temperature(s: SearchConfig) -> None:
+    """Refuse a temperature schedule that rises (a negative decay overflowed math.exp with a
+    traceback) or falls below MIN_TEMPERATURE by the last epoch (a decay of 1e30 made it 0)."""
+    t = s.temperature
+    if t.decay < 0:
+        raise UsageError(f"config key search.temperature.decay must be >= 0 (the temperature "
+                         f"falls from search.temperature.initial), got {t.decay:g}")
+    last = t.initial * math.exp(-t.decay * max(s.epochs - 1, 0))
+    if last < MIN_TEMPERATURE:
+        fits = math.log(t.initial / MIN_TEMPERATURE) / max(s.epochs - 1, 1)
+        raise UsageError(f"config key search.temperature.decay {t.decay:g} brings the "
+                         f"temperature to {last:.3g} by epoch {s.epochs}, below the "
+                         f"{MIN_TEMPERATURE:g} the Gumbel-softmax divides by safely; use a "
+                         f"decay of at most {fits:.4g}")
+
+
 def validate(cfg: Config) -> Config:
     """Cross-field checks that a type cannot express."""
     def need(ok: bool, msg: str) -> None:
@@ -567,6 +589,7 @@ def validate(cfg: Config) -> Config:
     need(0 <= s.reinforce_momentum < 1, "config key search.reinforce_momentum must be in "
                                         f"[0, 1), got {s.reinforce_momentum:g}")
     need(s.temperature.initial > 0, "config key search.temperature.initial must be positive")
+    _check_final_temperature(s)
     need(lo.alpha > 0, "config key loss.alpha must be positive")
     need(lo.beta > 0, "config key loss.beta must be positive")
     check_floor(lo.target_floor)  # sampling a search under --target-ms uses it too

@@ -53,6 +53,11 @@ def test_file_then_overrides(tmp_path):
     ("loss.multiplier_pace=theta", "config key loss.multiplier_pace was removed"),
     ("loss.target_exponent=2", "config key loss.target_exponent was removed"),
     ("search.rerank=65", "search.rerank must be from 0 to 64 .the networks scored one-shot"),
+    # math.exp overflowed with a traceback; a huge decay divided by a temperature of 0
+    ("search.temperature.decay=-3e38", "search.temperature.decay must be >= 0"),
+    ("search.temperature.decay=1e30", "brings the temperature to 0 by epoch .*use a decay"),
+    ("loss.alpha=1e300", "loss.alpha must be at most 3.40282e.38 .the largest float32"),
+    ("loss.target_ms=1e7", r"loss.target_ms must be at most 1e\+06 ms .1000 s per image"),
 ])
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(UsageError, match=message):
