@@ -77,8 +77,12 @@ class Group(click.Group):
             if e.errno not in ENVIRONMENT_ERRORS:
                 raise
             where = f": {e.filename}" if e.filename else ""
-            click.echo(f"error: {e.strerror}{where}", err=True)
+            click.echo(f"error: {capped(f'{e.strerror}{where}')}", err=True)
             sys.exit(1)
+        except click.ClickException as e:
+            # click's own refusals echo the value given (an option's argument can be 128 KB)
+            e.message = capped(e.message)
+            raise
 
 
 @click.group(cls=Group, context_settings=CONTEXT)

@@ -263,6 +263,9 @@ def test_errors_and_warnings_are_capped_where_they_are_printed(capsys):
     finally:
         main.commands.pop("fail-long")
     assert_user_error(r, "(1,000,000 characters) and should not be; fix it")
+    r = cli("train", "--target-ms", "x" * 100_000)  # click's own refusal echoes the value
+    assert r.exit_code == 2 and "characters) is not a valid float" in r.output
+    assert len(r.output) < 1000
 
 
 def test_a_table_of_absurd_medians_is_refused(tmp_path, tiny_lut_data):
