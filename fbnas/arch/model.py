@@ -86,8 +86,7 @@ class Head(nn.Module):
         # In training, pool as a sum and a division: mean's own arithmetic, bit for bit, but
         # its gradient is a broadcast view in the input's memory format. AdaptiveAvgPool2d's
         # gradient is written NCHW, and on a channels_last network the ReLU backward after it
-        # then mixes formats: 16.9 against 3.0 ms for 1,984 channels of 4x4 at batch 64
-        # (bench/bench_pointwise.py).
+        # then mixes formats, several times slower (bench/bench_pointwise.py).
         # Evaluation and export keep the pooling op, which ONNX Runtime runs as one kernel.
         x = x.sum((2, 3)).div(x.shape[2] * x.shape[3]) if self.training else self.pool(x).flatten(1)
         return self.fc(self.dropout(x))

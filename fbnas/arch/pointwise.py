@@ -4,12 +4,8 @@ A 1x1 conv of a channels_last tensor is a matrix product: the (images x pixels, 
 rows of the input times the transposed weight. On the 8x8 and smaller maps of a CIFAR
 network's last stages the channels are wide (up to 1,984 in ``fbnet_cifar``'s head) and the
 rows few, and there oneDNN's conv backward runs slower than the two matrix products it
-amounts to. ``bench/bench_pointwise.py`` (the 2-core AMD EPYC, 1 thread, batch 64, forward and
-backward of each 1x1 shape of a 1.8 ms ``fbnet_cifar`` network): 1.09x to 1.27x faster as
-products on 4x4 maps (75.0 against 61.9 ms for the head's 352 to 1,984 channels), 0.97x to
-1.07x on 8x8, and slower on 16x16 (0.88x to 0.92x) and 32x32 (0.63x to 0.87x), which keep
-the conv. A whole retrain step of that network gained 1.05x, a hard supernet step 1.01x to
-1.04x (docs/results.md, Training speed).
+amounts to: the products are faster on 4x4 maps, even on 8x8, and slower on 16x16 and
+32x32, which keep the conv (``bench/bench_pointwise.py``; docs/results.md, Training speed).
 
 :func:`pointwise_conv` picks the form; :class:`SmallMapPointwiseConv` is an ``nn.Conv2d``
 that calls it (same parameters and state_dict keys), and :func:`route_small_map_pointwise`
@@ -21,11 +17,11 @@ Results equal the conv's up to float rounding (the sums run in another order).
 Under :func:`bf16_products` (``run.precision: bf16_products``) the products take bfloat16
 operands and the CPU's bf16 units, on maps of every size, and everything around them (their
 inputs and outputs, gradients, batch norm, depthwise convs, the weights the optimizer keeps)
-stays fp32. Why only these: at 1 thread on a Zen 4 EPYC with AVX512_BF16 a bf16 product runs
-about 2x its fp32 one, casts included, and the fp32 products already run at the CPU's
-arithmetic peak, so nothing else in a step gains as much; bf16 autocast of the whole forward
+stays fp32. Why only these: on a CPU with bf16 units a bf16 product runs well ahead of its
+fp32 one, casts included, while the fp32 products already run at the CPU's arithmetic peak,
+so nothing else in a step gains as much; bf16 autocast of the whole forward
 (``run.precision: bf16``) also casts depthwise convs and batch norms, which run slower in
-bf16 there, and measured slower than fp32 (docs/retrain.md, Speed).
+bf16 there, and is slower than fp32 on a CPU (docs/retrain.md, Speed).
 """
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ def _check_records(res: _Results) -> None:
     for field in ("provider_options", "provider_options_requested"):
         if res.get("device").get(field) is not None:
             res.get("device", field, kind=dict)
-    if res.get("device").get("cpu_id") is not None:  # runners since 2026-12-04
+    if res.get("device").get("cpu_id") is not None:  # newer runners record it
         for key in res.get("device", "cpu_id", kind=dict):
             if key != "isa":
                 res.text("device", "cpu_id", key)

@@ -22,12 +22,11 @@ def check_not_learning(history: list[dict], classes: int, patience: int = 2,
     stayed within ``top1_margin`` points of a guess's: the network predicts no better than
     chance. Where a val split exists but none of them was scored (``val_skipped``, a
     search's ``evaluate_every``) it says nothing yet: a CE near ln(classes) alone cannot
-    tell a stuck run from a slow start (the NAS-Bench-Macro search's first two epochs: CE
-    2.36 and 2.25, val top-1 25% and 35%). Without a val split the CE alone decides.
+    tell a stuck run from a slow start (the NAS-Bench-Macro search's first epochs sit there
+    while their val top-1 climbs). Without a val split the CE alone decides.
     A training CE at chance with a val top-1 well above it is a first epoch recovering from a
-    spike, not a run that does not learn (the demo's first epochs at lr 0.05: CE 3.4 and
-    2.5, val top-1 24% and 29%). Far higher CE is a blow-up, which :func:`check_blow_up`
-    reports."""
+    spike, not a run that does not learn (the demo's first epochs do this). Far higher CE is
+    a blow-up, which :func:`check_blow_up` reports."""
     recent = history[-patience:]
     ces = [r.get("weights_ce") for r in recent]
     if len(recent) < patience or any(v is None for v in ces):

@@ -2,10 +2,11 @@
 
 NAS-Bench-Macro (Su et al., CVPR 2021) trained each of the 3^8 networks of the bundled space
 ``nasbench_macro`` three times on the full CIFAR-10. Retraining a found network on a small
-machine ranks it with a standard error of about 1.5 points; the benchmark answers in
-milliseconds, with a seed spread of about 0.14 points. So a search on that space is scored
-here by lookup: the found network's true accuracy, its percentile among every network that
-fits the same budget (under the same table), and its gap to the best of them (the oracle).
+machine ranks it with an error larger than most gaps between the networks a search finds;
+the benchmark answers in milliseconds, with a small seed spread. So a search on that space
+is scored here by lookup: the found network's true accuracy, its percentile among every
+network that fits the same budget (under the same table), and its gap to the best of them
+(the oracle).
 
 The file is a JSON object keyed by 8 digits, layer 1 first: 0 ``skip``, 1 ``k3_e3``,
 2 ``k5_e6``. It is read where it lies and never copied.

@@ -3,7 +3,7 @@
 Both losses train theta only. The weights minimise the cross-entropy alone: a cost factor
 that multiplied their loss would multiply their effective learning rate with it, so a knob
 meant to move the accuracy/latency trade-off (beta, a budget) would also change how fast,
-or whether, the weights train (a budget 2x below the start made them diverge).
+or whether, the weights train (a tight budget made them diverge).
 
 paper:  L = CE * alpha * (log LAT)^beta      (Wu et al. 2019; LAT in microseconds)
         beta is the exponent of the logarithm. log LAT must be positive, which it is for any

@@ -9,9 +9,8 @@ its weights become. The score needs no supernet and no labels, so it is free of 
 supernet trained for minutes carries (it ranks networks by how fast they learn).
 
 On NAS-Bench-Macro it ranks networks against their true accuracy better than anything the
-search's short training gives: Kendall tau 0.77 over 50 random networks of the space,
-against 0.60 for MACs and 0.37 to 0.59 for one-shot top-1 (``bench/bench_macro.py report
---naswot-window`` and ``score --rank``). Each network is built and scored on the same batch
+search's short training gives, MACs and one-shot top-1 included (``bench/bench_macro.py
+report --naswot-window`` and ``score --rank``; docs/results.md). Each network is built and scored on the same batch
 from the same seed, so the score is a function of the architecture and the images alone,
 and a resumed or repeated search gets the same numbers.
 """
@@ -100,9 +99,9 @@ def score_architectures(space, architectures: list[list[str]], images: torch.Ten
     left as it was."""
     from fbnas.arch.model import Network
 
-    # channels_last, where a CPU runs these convs fastest: 1.6x the NCHW score of a
-    # nasbench_macro network (docs/results.md); the same codes but where BN's rounding
-    # tips a unit at zero, so scores differ from NCHW ones by ~3e-8 relative
+    # channels_last, where a CPU runs these convs fastest (docs/results.md); the same codes
+    # but where BN's rounding tips a unit at zero, so scores differ from NCHW ones by
+    # float rounding
     images = images.cpu().contiguous(memory_format=torch.channels_last)
     scores = []
     for ops in architectures:

@@ -2,54 +2,34 @@
 it keeps.
 
 After the last epoch of a search under a budget, the ``search.rerank`` most probable networks
-within the budget's window are scored one-shot (val top-1 on the supernet's weights, BN
-re-estimated for each; :meth:`fbnas.search.run.Search.rerank`). This module decides among
-them, by ``search.rerank_by``:
+within the budget's window are compared (:meth:`fbnas.search.run.Search.rerank`); this module
+lists them (:func:`checked_networks`) and decides among them by ``search.rerank_by``, whose
+rules are defined once in :data:`fbnas.config.RERANK_RULES` (each rule's figures, the first
+breaking ties; docs/config.md lists them):
 
-- ``top1``: the best one-shot top-1, ties to the more probable.
-- ``top1_and_macs``: the best sum of two ranks among the checked networks, the one-shot
-  top-1's and the multiply-adds' (the table's ``macs``); ties to the better top-1, then to
-  the more probable.
-- ``naswot``: the best training-free score (fbnas/search/naswot.py) of a freshly initialised
-  copy of each network, ties to the more probable. It needs no one-shot pass, so the check
-  costs a forward pass of one batch per network instead of a pass over the held-out split.
-- ``naswot_and_top1``: the best sum of the NASWOT score's rank and the one-shot top-1's;
-  ties to the better NASWOT score, then to the more probable. Two signals that fail in
-  different places (one untrained, one trained for minutes) might correct each other; on
-  NAS-Bench-Macro they did not (docs/results.md), and ``naswot`` alone stays the better rule.
-- ``naswot_and_theta``: the best sum of the NASWOT score's z-score and 0.25 times the
-  z-score of the network's log-probability under softmax(theta), both over the
-  checked networks. With a long list (``search.rerank`` in the hundreds; NASWOT costs one
-  batch's forward pass a network) theta becomes a prior over the window instead of a short
-  list: NASWOT can reach networks theta ranked 9th to 256th, and the prior keeps it off
-  networks it over-rates (alone over a NAS-Bench-Macro window it crowned `22200000`, 89.37%,
-  at a budget whose best network scores 91.86%). On that benchmark it found better networks
-  than ``naswot`` over theta's 8 in 22 of 38 searches at nine budgets (worse in 9; median gap
-  to the best network 0.27 against 0.37), so ``configs/macro.yaml`` checks this way; a
-  cost-only theta, which has seen no data, is as good a prior for it or better (the searches
-  beat that control in 13 of 38, tied it in 6 and lost to it in 19; docs/results.md).
-- ``naswot_and_theta_then_top1``: ``naswot_and_theta``'s 8 best networks scored one-shot, and
-  among them the best sum of two ranks, that score's and the one-shot top-1's; ties to the
-  better score, then to the more probable. Why: the long check's 8 best hold a network at or
-  near the best within the budget (on NAS-Bench-Macro a median 0.00 points from it), and
-  there one-shot top-1 ranks the truth better than the check's own score (median Kendall tau
-  0.33 against 0.21 over 19 searches); a rank sum lets the trained weights break the
-  near-ties without letting a noisy one-shot score overrule a clear lead. It costs 8
-  one-shot passes. In a one-off re-decision of those 19 searches it found the better network
-  in 5, the same in 13 and a worse one in 1 (docs/results.md); not yet the bundled check.
+- a single figure: the best value, ties to the more probable network;
+- several figures: the best sum of their ranks among the checked networks, ties to the
+  better first figure, then to the more probable (ranks, not raw values, so neither
+  figure's scale outweighs the other);
+- a weighted rule (``naswot_and_theta``): the best weighted sum of the figures' z-scores.
+  With a long list theta is then a prior over the window rather than a shortlist: NASWOT
+  reaches networks theta ranked low, and the prior keeps it off networks it over-rates;
+- a shortlisted rule (``naswot_and_theta_then_top1``): its first rule's best few scored
+  one-shot, then the best sum of that rule's rank and the one-shot top-1's, so that the
+  trained weights break near-ties without a noisy one-shot score overruling a clear lead.
 
-Why MACs: a supernet trained for minutes on a few thousand images ranks networks by how
-fast they learn, not by how well they end. On NAS-Bench-Macro the one-shot top-1 of a
-5-epoch search ranked 50 random networks with Kendall tau 0.37 to 0.59 against their true
-accuracy, and their MACs alone with 0.60; the networks a search checks all fit the same
-latency window, so more MACs there means capacity that full training turns into accuracy.
-Ranks, not raw values, so neither figure's scale outweighs the other, and a network with
-both a poor one-shot score and many MACs cannot win on MACs alone.
+The figures: ``top1``, the one-shot val top-1 on the supernet's weights (BN re-estimated for
+each network; a pass over the held-out split a network); ``macs``, the table's multiply-adds;
+``naswot``, the training-free score of a freshly initialised copy (fbnas/search/naswot.py;
+one batch's forward pass a network, so a check by it may list hundreds); ``theta``, the
+network's log-probability under softmax(theta).
 
-Why NASWOT: it ranked 50 random networks of NAS-Bench-Macro with tau 0.77, and the
-networks of each bench budget's window with 0.52 to 0.64 against 0.32 to 0.46 for MACs; it
-has no short-training bias and no noise from a 500-image split. Theta still chooses which networks
-are checked, so the search decides the list and the score only orders it.
+Why MACs and NASWOT beside or instead of the one-shot top-1: a supernet trained for minutes
+ranks networks by how fast they learn, not by how well they end. The networks a search
+checks all fit the same latency window, so more MACs there means capacity that full training
+turns into accuracy; NASWOT has no short-training bias and no noise from a small val split.
+Theta still chooses which networks are checked, so the search decides the list and the score
+only orders it. How each rule ranked NAS-Bench-Macro's networks: docs/results.md.
 """
 
 from __future__ import annotations
@@ -166,8 +146,8 @@ def per_layer_alternatives(lut, space, probs, budget_us: float,
     it committed early is the same in all of them, and a mistake there cannot be checked.
     On NAS-Bench-Macro that layer was the first: its largest block at 32x32 is the costliest
     place for it, and on young weights the latency term can push theta off it for good
-    (every oracle of the bench's four budgets has it, some searches put ``k3_e3`` there and
-    lost up to 1.5 points). One network per (layer, candidate), each the best theta allows
+    (the best networks under the bench's budgets have it, and searches that put ``k3_e3``
+    there lost the most). One network per (layer, candidate), each the best theta allows
     around that one change, puts every such decision before the check once.
     """
     from fbnas.search.window import ops_in_window

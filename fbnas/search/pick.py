@@ -14,16 +14,13 @@ The decision is made in three steps, none of which trains a weight:
    by NASWOT alone (``naswot``).
 
 Why offer it: on NAS-Bench-Macro, where every network's accuracy after full training is
-known, this decision (the benches' cost-only control, checked by ``naswot_and_theta``) came
-within 0.00 to 0.66 points (median 0.28) of the best network at each of nine budgets, against
-a median 0.35 for 64 supernet searches there checked by NASWOT over theta's 8; searches
-checked as a pick is, with their trained theta as the prior (``configs/macro.yaml``), came a
-median 0.27 points from it over 38, beat the pick in 13, tied it in 6 and lost in 19
-(docs/results.md, "Training-free picks" and "The long check at nine budgets"). The prior
-matters as much as the score: NASWOT alone over a whole window crowns networks of a few wide
-early blocks and skips (89.37% at a budget whose best network scores 91.86%). It is measured
-on that one space; NASWOT ranked its networks unusually well there (Kendall tau 0.77), and
-nothing says how well it ranks another space's, so ``fbnas train`` stays the method.
+known, this decision (the benches' cost-only control) came close to the best network at
+every budget tried, and searches checked the same way with their trained theta as the prior
+did not clearly beat it. The prior matters as much as the score: NASWOT alone over a whole
+window crowns networks of a few wide early blocks and skips, far from the best. That is one
+space, where NASWOT ranks networks unusually well; nothing says how well it ranks another
+space's, so ``fbnas train`` stays the method. Evidence: docs/results.md, "Training-free
+picks" and "The long check at nine budgets".
 """
 
 from __future__ import annotations

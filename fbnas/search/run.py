@@ -99,7 +99,7 @@ def penalised_cost(cfg: Config, net, cost: torch.Tensor) -> torch.Tensor:
     The user gets the argmax (what ``sample --hard`` returns), not a sample. While theta is
     undecided the two part ways: the absolute-value penalty puts the samples' median latency
     on the budget, and with a few cheap candidates near a tie and the expensive ones sharing
-    the rest, each layer's argmax is a cheap one (a 0.6 ms budget ended at 0.43 ms). Taking
+    the rest, each layer's argmax is a cheap one, far under the budget. Taking
     the sign of the push from the argmax's latency makes the search spend the budget on the
     network it returns; the gradient stays the sample's (straight-through)."""
     if cfg.loss.form != "target" or cfg.loss.target_on != "argmax":

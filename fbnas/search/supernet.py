@@ -6,8 +6,8 @@ theta lives in each MixedOp as an ``nn.Parameter`` so that a DistributedDataPara
 averages its gradients like any other parameter.
 
 Weight sharing only works if the candidates of a layer are interchangeable for the layers
-after it. Two defaults make them so (measured on fbnet_cifar, CIFAR-10 subset, hard mode:
-without them the training CE stays at ln 10 even when only 2 candidates per layer switch):
+after it. Two defaults make them so (without them a hard-mode search's training CE stays at
+chance even when only 2 candidates per layer switch; docs/search.md, Supernet):
 
 - ``zero_init_residual``: the last BN scale of every residual candidate starts at zero, so
   at initialisation every candidate of a residual layer is the identity. Otherwise each

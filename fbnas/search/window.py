@@ -33,9 +33,9 @@ def ops_in_window(lut, space, probs, budget_us: float, floor: float,
     probable one within the budget (:func:`ops_under_budget`).
 
     Why a floor: the most accurate network within a budget nearly always spends most of it
-    (on NAS-Bench-Macro the best network under each of four budgets spends 91 to 99%), but
-    while theta is undecided the most probable network within the budget can be a near-tie of
-    cheap candidates far under it (the demo once ended 18% under). A floor turns the budget
+    (as on NAS-Bench-Macro, docs/results.md), but while theta is undecided the most probable
+    network within the budget can be a near-tie of cheap candidates far under it. A floor
+    turns the budget
     into a window and the question into "the most probable network that spends it".
 
     A lower bound breaks the Pareto pruning :func:`solve` relies on (a slower partial network
@@ -107,9 +107,8 @@ WINDOW_MEMORY = 3 * 2**30
 def window_list_bytes(space, k: int) -> int:
     """About the peak memory of :func:`top_in_window` listing ``k`` networks of ``space``:
     per latency cell and kept partial network, a float, its sort index and a temporary for
-    each candidate of a layer, the kept scores, and a 4-byte back-pointer per layer. Measured
-    (the process's peak less its size before): 2.6 GiB for 256 networks of nasbench_macro
-    (2.4 estimated), 1.0 GiB for 32 of fbnet_cifar (0.8 estimated)."""
+    each candidate of a layer, the kept scores, and a 4-byte back-pointer per layer; a little
+    under the process's real peak."""
     cands = max(len(layer.candidates) for layer in space.layers)
     return WINDOW_CELLS * k * POOL * (24 * cands + 24 + 4 * len(space.layers))
 
@@ -206,8 +205,8 @@ def same_network(space, ops: Sequence[str]) -> tuple:
     such layers keeps one shape throughout, so within a run only the order of the other ops
     matters: ``k3_e3 skip`` and ``skip k3_e3`` there are one network, with the
     same weights to train and the same latency (NAS-Bench-Macro lists them with one
-    accuracy). Without this key the one-shot check's 8 networks held such pairs in 9 of 12
-    NAS-Bench-Macro searches, and compared fewer networks than it was asked to.
+    accuracy). Without this key the one-shot check's list often held such pairs, and
+    compared fewer networks than it was asked to.
     """
     key: list = []
     run: list[str] = []
