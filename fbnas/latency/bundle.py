@@ -36,14 +36,19 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
+import torch
 
 import fbnas
+from fbnas.arch.export import EXAMPLE_BATCH, example_like, onnx_program, require_onnx
+from fbnas.arch.model import Network
 from fbnas.arch.space import SearchSpace
 from fbnas.errors import FbnasError, brief
 from fbnas.latency.device_runner import MAX_SEED
+from fbnas.latency.fidelity import random_archs
 from fbnas.latency.lut import profile_units, table_layout
 from fbnas.latency.runtimes import (DEFAULT_BLOCK_TIME, GRAPH_OPTIMIZATION, INTER_OP_THREADS,
                                     PROVIDER)
+from fbnas.progress import Progress
 
 BUNDLE_SCHEMA = "fbnas.bundle/1"
 MANIFEST_FILE = "manifest.json"
@@ -92,8 +97,6 @@ class _Candidates:
 def calibration_archs(space: SearchSpace, networks: int, fit: int, seed: int
                       ) -> list[list[str]]:
     """The random networks ``fbnas calibrate --networks N --fit F --seed S`` times."""
-    from fbnas.latency.fidelity import random_archs
-
     return random_archs(_Candidates(space), networks, seed, spread=fit)
 
 
@@ -208,11 +211,6 @@ def _export(space: SearchSpace, batch: int, seed: int, task: tuple, calib_images
 
     Weights and quantization noise are seeded by (seed, kind, i), so a file does not depend
     on which process exports it or in what order."""
-    import torch
-
-    from fbnas.arch.export import EXAMPLE_BATCH, example_like, onnx_program
-    from fbnas.arch.model import Network
-
     kind, i, what = task
     stream = np.random.SeedSequence([seed, kind == "entry", i])
     torch.manual_seed(int(stream.generate_state(1)[0]))
@@ -240,8 +238,6 @@ _WORKER: dict = {}
 
 
 def _init_worker(raw: dict, batch: int, seed: int, calib_images, int8: bool) -> None:
-    import torch
-
     torch.set_num_threads(1)
     _WORKER.update(space=SearchSpace(raw), batch=batch, seed=seed, images=calib_images,
                    quantize=_quantizer() if int8 else None)
@@ -267,8 +263,6 @@ def write_bundle(space: SearchSpace, out: str | Path, precision: str = "fp32", b
     ``precision="int8"``, ``images`` (float32 N x C x R x R, normalised as for training)
     calibrate the networks' quantization and are required.
     """
-    from fbnas.arch.export import require_onnx
-
     if precision not in PRECISIONS:
         raise FbnasError(f"unknown precision {brief(precision)}; use one of "
                          f"{', '.join(PRECISIONS)}")
@@ -304,29 +298,11 @@ def _write(space: SearchSpace, folder: Path, precision: str, batch: int, network
            seed: int, images: np.ndarray | None, images_source: str | None, quantize,
            source: str | None, jobs: int) -> dict:
     """Export every file into ``folder`` (the staging folder) and write the manifest."""
-    import onnx
-    import onnxruntime
-    import onnxscript
-    import torch
-
-    from fbnas.arch.export import EXAMPLE_BATCH
-    from fbnas.progress import Progress
-
     started = time.monotonic()
-    specs, layers, fixed = table_layout(space, batch)
+    layout = table_layout(space, batch)
+    specs = layout[0]
     (folder / "entries").mkdir()
     (folder / "networks").mkdir()
-    total_bytes = 0
-    opsets: set[int] = set()
-
-    def save(rel: str, model: bytes) -> dict:
-        nonlocal total_bytes
-        (folder / rel).write_bytes(model)
-        total_bytes += len(model)
-        opset = _opset(model)
-        opsets.add(opset)
-        return {"file": rel, "sha256": sha256(model), "bytes": len(model), "opset": opset}
-
     fit = networks_fit(networks)
     archs = calibration_archs(space, networks, fit, seed)
     calib_images = None
@@ -335,6 +311,37 @@ def _write(space: SearchSpace, folder: Path, precision: str, batch: int, network
                         for i in range(0, len(images), CALIBRATION_BATCH)]
     tasks = [("entry", i, key) for i, key in enumerate(specs)]
     tasks += [("network", i, ops) for i, ops in enumerate(archs)]
+    models = _export_all(space, batch, seed, tasks, calib_images, quantize, jobs)
+    entries = {}
+    for i, (key, spec) in enumerate(specs.items()):
+        entries[key] = {**spec.fields(), "input": list(spec.input().shape),
+                        **_save(folder, f"entries/{i:03d}_{spec.op}.onnx", models["entry", i])}
+    shape = [batch, space.in_channels, space.resolution, space.resolution]  # every network's
+    nets = {}
+    for i, ops in enumerate(archs):
+        nets[f"net{i}"] = {"ops": list(ops), "fit": i < fit, "input": shape,
+                           **_save(folder, f"networks/net{i}.onnx", models["network", i])}
+    runner = runner_source()
+    (folder / RUNNER_FILE).write_bytes(runner)
+    (folder / README_FILE).write_text(_readme(space, precision, source))
+    quantization = None
+    if quantize is not None:
+        quantization = {**QUANTIZATION_NOTE,
+                        "networks": f"calibrated on {len(images)} training images"
+                                    + (f" from {images_source}" if images_source else "")
+                                    + ", normalised as for training",
+                        "settings": _quantizer_settings()}
+    manifest = _manifest(space, precision, batch, seed, layout, networks, fit, entries, nets,
+                         runner, quantization, source, time.monotonic() - started)
+    (folder / MANIFEST_FILE).write_bytes(manifest_text(manifest).encode())
+    return manifest
+
+
+def _export_all(space: SearchSpace, batch: int, seed: int, tasks: list[tuple], calib_images,
+                quantize, jobs: int) -> dict[tuple[str, int], bytes]:
+    """Every task's ONNX bytes by (kind, index): here for ``jobs`` <= 1, else in ``jobs``
+    worker processes. Each file depends on its task and the seed alone (see ``_export``),
+    so both ways give the same bytes."""
     progress = Progress(total=len(tasks), desc="exporting entries and networks")
     models: dict[tuple[str, int], bytes] = {}
     if jobs <= 1:
@@ -355,27 +362,30 @@ def _write(space: SearchSpace, folder: Path, precision: str, batch: int, network
                 models[pending[done][:2]] = done.result()
                 progress.update()
     progress.close()
-    entries = {}
-    for i, (key, spec) in enumerate(specs.items()):
-        entries[key] = {**spec.fields(), "input": list(spec.input().shape),
-                        **save(f"entries/{i:03d}_{spec.op}.onnx", models["entry", i])}
-    shape = [batch, space.in_channels, space.resolution, space.resolution]  # every network's
-    nets = {}
-    for i, ops in enumerate(archs):
-        nets[f"net{i}"] = {"ops": list(ops), "fit": i < fit, "input": shape,
-                           **save(f"networks/net{i}.onnx", models["network", i])}
+    return models
 
-    runner = runner_source()
-    (folder / RUNNER_FILE).write_bytes(runner)
-    (folder / README_FILE).write_text(_readme(space, precision, source))
-    quantization = None
-    if quantize is not None:
-        quantization = {**QUANTIZATION_NOTE,
-                        "networks": f"calibrated on {len(images)} training images"
-                                    + (f" from {images_source}" if images_source else "")
-                                    + ", normalised as for training",
-                        "settings": _quantizer_settings()}
-    manifest = {
+
+def _save(folder: Path, rel: str, model: bytes) -> dict:
+    """Write one exported file into the bundle; its manifest record (file, SHA-256, size,
+    opset), from which the manifest's opsets and total size are summed."""
+    (folder / rel).write_bytes(model)
+    return {"file": rel, "sha256": sha256(model), "bytes": len(model), "opset": _opset(model)}
+
+
+def _manifest(space: SearchSpace, precision: str, batch: int, seed: int, layout: tuple,
+              networks: int, fit: int, entries: dict, nets: dict, runner: bytes,
+              quantization: dict | None, source: str | None, seconds: float) -> dict:
+    """The bundle's manifest: what the runner times and how, and everything needed to read
+    its results back into a table (fbnas.latency.device). ``layout`` is the space's
+    ``table_layout`` at ``batch``, the one the entries were exported from."""
+    import onnx
+    import onnxruntime
+    import onnxscript
+
+    files = [*entries.values(), *nets.values()]
+    opsets = {f["opset"] for f in files}
+    specs, layers, fixed = layout
+    return {
         "schema": BUNDLE_SCHEMA,
         "fbnas": fbnas.__version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -392,7 +402,7 @@ def _write(space: SearchSpace, folder: Path, precision: str, batch: int, network
             "torch": torch.__version__, "onnx": onnx.__version__,
             "onnxscript": onnxscript.__version__, "onnxruntime_here": onnxruntime.__version__,
             "opsets": sorted(opsets),
-            "seconds": round(time.monotonic() - started, 1),
+            "seconds": round(seconds, 1),
         },
         "quantization": quantization,
         "session": {"intra_op_threads": "run.py --threads (default 1)",
@@ -410,10 +420,8 @@ def _write(space: SearchSpace, folder: Path, precision: str, batch: int, network
                                      "uniformly random"},
         "networks": nets,
         "runner": {"file": RUNNER_FILE, "sha256": sha256(runner)},
-        "total_bytes": total_bytes + len(runner),
+        "total_bytes": sum(f["bytes"] for f in files) + len(runner),
     }
-    (folder / MANIFEST_FILE).write_bytes(manifest_text(manifest).encode())
-    return manifest
 
 
 def manifest_text(manifest: dict) -> str:

@@ -36,8 +36,13 @@ from fbnas.errors import FbnasError, brief
 from fbnas.io import read_json
 from fbnas.latency.bundle import BUNDLE_SCHEMA, PRECISIONS, calibration_archs, manifest_text
 from fbnas.latency.device_runner import MAX_BLOCK_TIME, MAX_ROUNDS, MAX_SEED, MAX_THREADS
-from fbnas.latency.lut import MAX_ENTRY_US, table_layout
+from fbnas.latency.fidelity import FidelityReport
+from fbnas.latency.lut import LUT, MAX_ENTRY_US, SCHEMA, count_cost, device_record, table_layout
+from fbnas.latency.matching import match_lut
 from fbnas.latency.runtimes import PROVIDER
+from fbnas.latency.timing import DRIFT_NEIGHBOURS, Timings
+from fbnas.latency.timing import protocol as timing_protocol
+from fbnas.machine import cpu_difference, cpu_identity, cpu_model
 
 RESULTS_SCHEMA = "fbnas.device-results/1"
 #: summary fields the runner computes and this module recomputes from the blocks
@@ -152,8 +157,6 @@ def _close(a: float, b: float) -> bool:
 
 def _timings(res: _Results, phase: str):
     """fbnas.latency.timing.Timings of one phase's recorded blocks."""
-    from fbnas.latency.timing import Timings
-
     rec = res.get("blocks", phase)
 
     def whole(v: Any, lo: int) -> bool:
@@ -214,6 +217,24 @@ def read_results(space: SearchSpace, path: str | Path) -> dict:
     protocol, per-entry summaries, the networks' summaries and halves, and the re-timed
     entries."""
     res = _Results(path)
+    manifest = _checked_manifest(res)
+    specs, layers, fixed = _checked_layout(res, space)
+    nets = res.get("manifest", "networks")
+    _check_files(res, res.get("manifest", "entries"), nets)
+    archs, fit, net_keys = _checked_networks(res, space, nets)
+    profile, stats, again, halves = _checked_timings(res, list(specs), net_keys)
+    device = res.get("device")  # every field checked by _check_records
+    return {"manifest": manifest, "device": device, "protocol": res.get("protocol"),
+            "created": res.data.get("created"), "layers": layers, "fixed": fixed,
+            "specs": specs, "entries": stats, "networks": again, "halves": halves,
+            "archs": archs, "fit": fit, "net_keys": net_keys, "profile_rounds":
+            profile.rounds_run}
+
+
+def _checked_manifest(res: _Results) -> dict:
+    """The bundle manifest the results carry, once the results are a runner's (schema,
+    records) and the manifest is the very one their run read (its SHA-256) of a schema this
+    fbnas reads."""
     if not isinstance(res.data, dict) or res.data.get("schema") != RESULTS_SCHEMA:
         got = res.data.get("schema") if isinstance(res.data, dict) else None
         raise res.error(f"schema is {brief(got)}, not {RESULTS_SCHEMA!r}: not the output of a "
@@ -227,8 +248,13 @@ def read_results(space: SearchSpace, path: str | Path) -> dict:
     if manifest.get("schema") != BUNDLE_SCHEMA:
         raise res.error(f"its bundle is of schema {brief(manifest.get('schema'))}, this fbnas "
                         f"reads {BUNDLE_SCHEMA!r}", "write the bundle again with this fbnas")
+    return manifest
 
-    # the space
+
+def _checked_layout(res: _Results, space: SearchSpace) -> tuple[dict, list, dict]:
+    """``table_layout`` of ``space`` at the bundle's batch, once the bundle is of ``space``
+    (its hash) and lists exactly its entries, layers and fixed parts: a table from results
+    of another space would price the wrong networks."""
     sp = res.get("manifest", "space")
     if sp.get("hash") != space.hash:
         raise res.error(f"they were measured for space {sp.get('name')} (hash {sp.get('hash')}), "
@@ -259,9 +285,12 @@ def read_results(space: SearchSpace, path: str | Path) -> dict:
             or res.get("manifest", "fixed") != fixed:
         raise res.error(f"the bundle's layers differ from space {space.name}'s",
                         "write the bundle again")
+    return specs, layers, fixed
 
-    # the files the runner checked, against the manifest's hashes
-    nets = res.get("manifest", "networks")
+
+def _check_files(res: _Results, entries: dict, nets: dict) -> None:
+    """The runner checked every file the manifest lists, and each had the manifest's SHA-256:
+    timings of other files than the bundle's describe other models."""
     files = res.get("files")
     listed = {item["file"]: item["sha256"] for item in [*entries.values(), *nets.values()]
               if isinstance(item, dict) and "file" in item and "sha256" in item}
@@ -277,7 +306,12 @@ def read_results(space: SearchSpace, path: str | Path) -> dict:
     if len(files) != len(listed):
         raise res.error("it lists files the manifest does not (edited?)")
 
-    # the calibration networks: fbnas calibrate's selection
+
+def _checked_networks(res: _Results, space: SearchSpace, nets: dict
+                      ) -> tuple[list[list[str]], int, list[str]]:
+    """(the calibration networks' ops, how many fit the line, their keys), once the bundle's
+    networks are exactly those ``fbnas calibrate`` draws for its seed: the calibration
+    stored in the table must be one ``fbnas calibrate`` could have fitted."""
     cal = res.get("manifest", "calibration")
     n, fit, seed = (cal.get(k) for k in ("networks", "fit", "seed"))
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (n, fit, seed)) \
@@ -296,9 +330,14 @@ def read_results(space: SearchSpace, path: str | Path) -> dict:
         if not isinstance(nets[key], dict) or nets[key].get("ops") != ops:
             raise res.error(f"network {key} of the bundle is not the one fbnas calibrate draws "
                             f"for seed {seed}", "write the bundle again")
+    return archs, fit, net_keys
 
-    # the timings, recomputed from their blocks
-    keys = list(specs)
+
+def _checked_timings(res: _Results, keys: list[str], net_keys: list[str]):
+    """(the entries' Timings, their summaries, the networks-and-entries summaries, each
+    network's median in even and odd rounds), recomputed from the recorded blocks and checked
+    against the summaries the runner wrote, so that a table holds only what its blocks
+    support."""
     profile = _timings(res, "entries")
     calibration = _timings(res, "networks_and_entries")
     if sorted(profile.keys) != sorted(keys):
@@ -318,34 +357,19 @@ def read_results(space: SearchSpace, path: str | Path) -> dict:
         if not (math.isfinite(a) and math.isfinite(b)):
             raise res.error(f"network {k} lacks blocks in even or odd rounds (use --rounds 2 or "
                             "more)")
-    device = res.get("device")  # every field checked by _check_records
-    return {"manifest": manifest, "device": device, "protocol": res.get("protocol"),
-            "created": res.data.get("created"), "layers": layers, "fixed": fixed,
-            "specs": specs, "entries": stats, "networks": again, "halves": halves,
-            "archs": archs, "fit": fit, "net_keys": net_keys, "profile_rounds":
-            profile.rounds_run}
+    return profile, stats, again, halves
 
 
 def device_table(space: SearchSpace, path: str | Path, source: str | None = None):
     """(the lookup table as a dict, the calibration's FidelityReport, a warning or None) for
     a runner's results for ``space``: the table is calibrated on the bundle's networks unless
     that calibration is unusable (see :func:`calibration_problem`), which the warning says."""
-    from fbnas.latency.fidelity import FidelityReport
-    from fbnas.latency.lut import LUT, SCHEMA, count_cost
-    from fbnas.latency.timing import DRIFT_NEIGHBOURS
-    from fbnas.latency.timing import protocol as timing_protocol
-
     r = read_results(space, path)
-    m, dev, prot = r["manifest"], r["device"], r["protocol"]
-    threads = int(dev["intra_op_threads"])
+    m, dev = r["manifest"], r["device"]
     entries = {}
     for key, spec in r["specs"].items():
         macs, params = count_cost(spec.build(space), spec.input())
         entries[key] = {**spec.fields(), **r["entries"][key], "macs": macs, "params": params}
-    int8 = m["precision"] == "int8"
-    timed = timing_protocol(int(prot.get("rounds", 0)), float(prot.get("block_time_s", 0)),
-                            int(prot.get("warmup_calls", 0)))
-    export = m.get("export", {})
     data = {
         "schema": SCHEMA,
         "space": {"name": space.name, "hash": space.hash,
@@ -354,51 +378,13 @@ def device_table(space: SearchSpace, path: str | Path, source: str | None = None
         "environment": {
             "fbnas": m.get("fbnas"), "python": dev.get("python"), "cpu": dev["cpu"],
             "machine": dev["machine"], "system": dev["system"],
-            "logical_cpus": dev.get("logical_cpus"), "threads": threads,
+            "logical_cpus": dev.get("logical_cpus"), "threads": int(dev["intra_op_threads"]),
             "device": "cpu" if dev["provider"] == PROVIDER else dev["provider"],
             "measured_on": "the device, by the bundle's run.py (no fbnas, no torch there)",
             "device_record": dev,
             **({"cpu_id": dev["cpu_id"]} if "cpu_id" in dev else {}),
         },
-        "protocol": {
-            "batch": int(m["batch"]), "dtype": "int8" if int8 else "float32",
-            "precision": m["precision"], "memory_format": "contiguous", "unit": "us",
-            "mode": "exported in eval mode" + (", quantized to int8 (QDQ)" if int8 else "")
-                    + ", InferenceSession.run",
-            "runtime": "onnxruntime",
-            "runtime_settings": {
-                "onnxruntime": dev["onnxruntime"], "onnx": export.get("onnx"),
-                "onnxscript": export.get("onnxscript"), "torch": export.get("torch"),
-                "exporter": export.get("exporter"), "provider": dev["provider"],
-                "provider_options": dev.get("provider_options"),
-                "intra_op_threads": threads,
-                "inter_op_threads": dev.get("inter_op_threads"),
-                "execution_mode": dev.get("execution_mode"),
-                "graph_optimization_level": dev.get("graph_optimization_level"),
-                "call": dev.get("call"), "export_seconds": export.get("seconds"),
-                "opset": m.get("opset"), "quantization": m.get("quantization"),
-            },
-            **timed,
-            "timer": dev.get("timer", timed["timer"]),
-            "drift_correction": f"each block divided by the median slowdown of the "
-                                f"{2 * int(prot.get('drift_neighbours', DRIFT_NEIGHBOURS))} "
-                                "blocks around it (the runner's numpy port of fbnas's)",
-            "units": "the candidates of one layer shape; the stem and the head",
-            "extra_rounds": {"max_seconds": prot.get("extra_time_s"),
-                             "run": r["profile_rounds"] - int(prot.get("rounds", 0)),
-                             "for": "non-skip candidates within "
-                                    f"{100 * m['protocol']['tie_margin']:g}% and 3 standard "
-                                    "errors of their layer's fastest, and entries whose IQR "
-                                    f"exceeds {100 * m['protocol']['rel_iqr']:g}% of their "
-                                    "median"},
-            "seed": prot.get("seed"),
-            "profile_seconds": prot.get("profile_seconds"),
-            "bundle": {"manifest_sha256": hashlib.sha256(manifest_text(m).encode()).hexdigest(),
-                       "created": m.get("created"), "results": str(path),
-                       "network_rounds": prot.get("network_rounds"),
-                       "calibration_seconds": prot.get("calibration_seconds"),
-                       "runner_wall_seconds": prot.get("wall_seconds")},
-        },
+        "protocol": _table_protocol(r, path),
         "created": r["created"],
         "entries": entries,
         "fixed": r["fixed"],
@@ -414,6 +400,69 @@ def device_table(space: SearchSpace, path: str | Path, source: str | None = None
     except FbnasError as e:  # the checks above should leave nothing for the table's own
         raise FbnasError(f"device results {path}: the table made from them is unusable "
                          f"({e}); run the bundle's run.py again") from None
+    report = _fidelity_report(lut, r)
+    problem = calibration_problem(lut, report.a, report.b)
+    if problem is not None:
+        return data, report, (f"{problem}; the table is written without a calibration (re-run "
+                              "run.py with more --rounds, or bundle more --networks)")
+    data["calibration"] = report.calibration()
+    return data, report, None
+
+
+def _table_protocol(r: dict, path: str | Path) -> dict:
+    """The table's ``protocol`` block for results ``r`` (from :func:`read_results`) read from
+    ``path``: how the device timed the entries, in the fields a table profiled here has, plus
+    the bundle they came from, so that a reader of the table can tell the two apart."""
+    m, dev, prot = r["manifest"], r["device"], r["protocol"]
+    int8 = m["precision"] == "int8"
+    timed = timing_protocol(int(prot.get("rounds", 0)), float(prot.get("block_time_s", 0)),
+                            int(prot.get("warmup_calls", 0)))
+    export = m.get("export", {})
+    return {
+        "batch": int(m["batch"]), "dtype": "int8" if int8 else "float32",
+        "precision": m["precision"], "memory_format": "contiguous", "unit": "us",
+        "mode": "exported in eval mode" + (", quantized to int8 (QDQ)" if int8 else "")
+                + ", InferenceSession.run",
+        "runtime": "onnxruntime",
+        "runtime_settings": {
+            "onnxruntime": dev["onnxruntime"], "onnx": export.get("onnx"),
+            "onnxscript": export.get("onnxscript"), "torch": export.get("torch"),
+            "exporter": export.get("exporter"), "provider": dev["provider"],
+            "provider_options": dev.get("provider_options"),
+            "intra_op_threads": int(dev["intra_op_threads"]),
+            "inter_op_threads": dev.get("inter_op_threads"),
+            "execution_mode": dev.get("execution_mode"),
+            "graph_optimization_level": dev.get("graph_optimization_level"),
+            "call": dev.get("call"), "export_seconds": export.get("seconds"),
+            "opset": m.get("opset"), "quantization": m.get("quantization"),
+        },
+        **timed,
+        "timer": dev.get("timer", timed["timer"]),
+        "drift_correction": f"each block divided by the median slowdown of the "
+                            f"{2 * int(prot.get('drift_neighbours', DRIFT_NEIGHBOURS))} "
+                            "blocks around it (the runner's numpy port of fbnas's)",
+        "units": "the candidates of one layer shape; the stem and the head",
+        "extra_rounds": {"max_seconds": prot.get("extra_time_s"),
+                         "run": r["profile_rounds"] - int(prot.get("rounds", 0)),
+                         "for": "non-skip candidates within "
+                                f"{100 * m['protocol']['tie_margin']:g}% and 3 standard "
+                                "errors of their layer's fastest, and entries whose IQR "
+                                f"exceeds {100 * m['protocol']['rel_iqr']:g}% of their "
+                                "median"},
+        "seed": prot.get("seed"),
+        "profile_seconds": prot.get("profile_seconds"),
+        "bundle": {"manifest_sha256": hashlib.sha256(manifest_text(m).encode()).hexdigest(),
+                   "created": m.get("created"), "results": str(path),
+                   "network_rounds": prot.get("network_rounds"),
+                   "calibration_seconds": prot.get("calibration_seconds"),
+                   "runner_wall_seconds": prot.get("wall_seconds")},
+    }
+
+
+def _fidelity_report(lut: LUT, r: dict) -> FidelityReport:
+    """The calibration's FidelityReport from the networks the device timed (results ``r``
+    from :func:`read_results`), fitted and scored as ``fbnas calibrate`` fits and scores
+    networks timed here."""
     archs, keys = r["archs"], r["net_keys"]
     report = FidelityReport(
         lut=lut, archs=archs, fit=r["fit"],
@@ -424,12 +473,7 @@ def device_table(space: SearchSpace, path: str | Path, source: str | None = None
         retimed=np.array([_retimed_sum(lut, ops, r["networks"]) for ops in archs]),
         macs=np.array([lut.raw_sum(ops, "macs") for ops in archs]))
     report.compute()
-    problem = calibration_problem(lut, report.a, report.b)
-    if problem is not None:
-        return data, report, (f"{problem}; the table is written without a calibration (re-run "
-                              "run.py with more --rounds, or bundle more --networks)")
-    data["calibration"] = report.calibration()
-    return data, report, None
+    return report
 
 
 def calibration_problem(lut, a: float, b: float) -> str | None:
@@ -454,19 +498,11 @@ def _retimed_sum(lut, ops: list[str], stats: dict) -> float:
 
 # ----------------------------------------------------------------------------- latency
 
-def device_record(lut) -> dict | None:
-    """The device record of a table measured by a bundle's runner, else None."""
-    rec = lut.data["environment"].get("device_record")
-    return rec if isinstance(rec, dict) and "bundle" in lut.data["protocol"] else None
-
-
 def not_here(lut) -> str | None:
     """Why this machine cannot time networks against ``lut``, a table measured on a device by
     a bundle's runner; None when it can (an fp32 table measured with the CPU provider on a
     machine of this CPU model, architecture and OS) or when ``lut`` is a table of this
     machine's own profile."""
-    from fbnas.machine import cpu_difference, cpu_identity, cpu_model
-
     rec = device_record(lut)
     if rec is None:
         return None
@@ -493,8 +529,6 @@ def prediction_report(defn: dict, lut, reason: str, batch: int | None = None,
                       runtime: str | None = None) -> str:
     """What ``fbnas latency`` prints for a device table it cannot time against: the table's
     prediction, and why nothing was measured."""
-    from fbnas.latency.matching import match_lut
-
     name = defn.get("name", "the architecture")
     ops = match_lut(defn, lut, name)
     lut.check_runtime(runtime)

@@ -21,18 +21,23 @@ from typing import Callable
 
 import numpy as np
 import torch
-from scipy.stats import kendalltau
 
 from fbnas.arch.model import Network
 from fbnas.errors import FbnasError
-from fbnas.latency.lut import (LUT, arch_entries, entry_runners, fixed_entries, layer_entries,
-                               profile_units)
+from fbnas.io import check_writable, write_json
+from fbnas.latency.lut import (LUT, arch_entries, device_record, entry_runners, fixed_entries,
+                               layer_entries, load_lut, profile_units)
 from fbnas.latency.runtimes import DEFAULT_BLOCK_TIME, Runtime, make_runtime
 from fbnas.latency.timing import measure_rounds, set_threads
 
 
 def errors(pred: np.ndarray, meas: np.ndarray) -> dict:
-    """Signed bias, MAPE and share within +-10% (percent), and Kendall tau of pred vs meas."""
+    """Signed bias, MAPE and share within +-10% (percent), and Kendall tau of pred vs meas.
+
+    scipy is imported here, not with the module: the device bundle and its reader import this
+    module for the calibration's networks and report, and need no statistics to do so."""
+    from scipy.stats import kendalltau
+
     rel = (pred - meas) / meas
     tau = kendalltau(pred, meas).statistic if len(pred) > 1 else float("nan")
     return {"bias_pct": float(100 * rel.mean()), "mape_pct": float(100 * np.abs(rel).mean()),
@@ -196,10 +201,6 @@ def calibrate_table_file(path: str | Path, networks: int = 50, fit: int = 20, se
     (this machine's timings would not be the device's), a calibration already there
     without ``force`` or ``dry_run``, ``fit`` not below ``networks``, a file that cannot be
     written."""
-    from fbnas.io import check_writable, write_json
-    from fbnas.latency.device import device_record
-    from fbnas.latency.lut import load_lut
-
     lut = load_lut(path)
     if device_record(lut) is not None:
         raise FbnasError(f"{path} was measured on a device by a bundle's run.py and is "

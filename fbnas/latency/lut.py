@@ -592,6 +592,14 @@ def load_lut(path: str | Path, space: SearchSpace | None = None) -> LUT:
     return lut
 
 
+def device_record(lut: LUT) -> dict | None:
+    """The device record of a table measured by a bundle's runner, else None. It sits with
+    the table, not with the bundle's reader (fbnas.latency.device), because calibration asks
+    it too, and the reader builds on calibration."""
+    rec = lut.data["environment"].get("device_record")
+    return rec if isinstance(rec, dict) and "bundle" in lut.data["protocol"] else None
+
+
 def save_lut(data: dict, path: str | Path, force: bool = False) -> None:
     refuse_overwrite(path, force)
     LUT(data)  # never write a table that would not load

@@ -123,3 +123,80 @@ def test_the_development_guide_names_every_module():
                if p.name != "__init__.py" or p.parent == PACKAGE]
     missing = [m for m in missing if m not in named]
     assert not missing, f"docs/development.md does not name {missing}"
+
+
+def module_of(path: Path) -> str:
+    """The dotted name of the fbnas module at ``path`` (a package by its __init__.py)."""
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each fbnas module and the fbnas modules it imports anywhere in it, inside functions
+    too: an import put in a function to dodge a cycle at import time still ties the two
+    modules together. ``from fbnas.a import b`` counts as importing fbnas.a.b where that is
+    a module, else fbnas.a."""
+    paths = {module_of(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                for a in node.names:
+                    targets.add(f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base)
+        graph[name] = {t for t in targets if t in paths and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_finds_a_cycle_hidden_in_a_function():
+    graph = {"fbnas.a": {"fbnas.b"}, "fbnas.b": {"fbnas.c"}, "fbnas.c": {"fbnas.a"},
+             "fbnas.d": {"fbnas.a"}}
+    assert cycles(graph) == [["fbnas.a", "fbnas.b", "fbnas.c"]]
+    assert "fbnas.latency.lut" in import_graph()["fbnas.latency.fidelity"]
+
+
+def test_no_import_cycle_among_the_package_modules():
+    """Modules that import each other (at the top or inside a function) cannot be read,
+    tested or moved one without the other, and the order they load in decides what works;
+    what two of them share belongs to the module that owns it, or to a small one of its
+    own."""
+    found = cycles(import_graph())
+    assert not found, f"fbnas modules that import each other: {found}"
