@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Sequence
 
 import numpy as np
@@ -177,6 +178,30 @@ def quantize_int8(onnx_bytes: bytes, calibration: list[np.ndarray]) -> bytes:
     other metadata (the fbnas definition, for one) is kept. Work happens in a temporary
     folder; any failure is a one-line FbnasError.
     """
+    api = _quantization_api()
+    model = _load_model(onnx_bytes)
+    name, shape = model_input(model)
+    batches = check_calibration(calibration, shape)
+    metadata = {p.key: p.value for p in model.metadata_props}
+
+    # the sessions quant_pre_process and the calibrator open take no options: keep their
+    # warnings (an unused initializer removed, for one) off stderr, then restore the default
+    api.ort.set_default_logger_severity(3)
+    try:
+        with tempfile.TemporaryDirectory(prefix="fbnas-int8-") as tmp:
+            result = _quantize_in(Path(tmp), api, onnx_bytes, name, batches)
+    except OSError as e:
+        raise FbnasError(f"int8 quantization could not use a temporary folder: "
+                         f"{e.strerror or e}") from None
+    finally:
+        api.ort.set_default_logger_severity(ORT_DEFAULT_SEVERITY)
+    return _with_metadata(result, metadata)
+
+
+def _quantization_api() -> SimpleNamespace:
+    """onnx, onnxruntime and the quantization functions and enums, imported on the first
+    quantization rather than with the module (they take seconds to import), or a one-line
+    error saying what to reinstall."""
     try:
         import onnx
         import onnxruntime as ort
@@ -186,42 +211,40 @@ def quantize_int8(onnx_bytes: bytes, calibration: list[np.ndarray]) -> bytes:
     except ImportError as e:
         raise FbnasError(f"int8 quantization needs the onnx and onnxruntime packages ({e}); "
                          "reinstall fbnas with its dependencies: pip install -e .") from None
-    model = _load_model(onnx_bytes)
-    name, shape = model_input(model)
-    batches = check_calibration(calibration, shape)
-    metadata = {p.key: p.value for p in model.metadata_props}
+    return SimpleNamespace(onnx=onnx, ort=ort, CalibrationMethod=CalibrationMethod,
+                           QuantFormat=QuantFormat, QuantType=QuantType,
+                           quantize_static=quantize_static, quant_pre_process=quant_pre_process)
 
-    # the sessions quant_pre_process and the calibrator open take no options: keep their
-    # warnings (an unused initializer removed, for one) off stderr, then restore the default
-    ort.set_default_logger_severity(3)
+
+def _quantize_in(tmp: Path, api: SimpleNamespace, onnx_bytes: bytes, name: str,
+                 batches: list[np.ndarray]):
+    """The model quantized with ``SETTINGS`` (an onnx ModelProto), its files in the folder
+    ``tmp``: ONNX Runtime's preprocessing and static quantization read and write files, not
+    bytes. Their many exception types become one-line FbnasErrors."""
+    source, prepared, quantized = tmp / "fp32.onnx", tmp / "pre.onnx", tmp / "int8.onnx"
+    source.write_bytes(bytes(onnx_bytes))
     try:
-        with tempfile.TemporaryDirectory(prefix="fbnas-int8-") as tmp:
-            tmp = Path(tmp)
-            source, prepared, quantized = tmp / "fp32.onnx", tmp / "pre.onnx", tmp / "int8.onnx"
-            source.write_bytes(bytes(onnx_bytes))
-            try:
-                quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
-            except Exception as e:  # shape inference and the optimiser raise many types
-                raise FbnasError(f"int8 quantization could not prepare the model (shape "
-                                 f"inference and graph optimisation): {_first_line(e)}"
-                                 ) from None
-            try:
-                quantize_static(
-                    str(prepared), str(quantized), _Batches(name, batches),
-                    quant_format=QuantFormat.QDQ, per_channel=True, reduce_range=REDUCE_RANGE,
-                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                    calibrate_method=CalibrationMethod.MinMax,
-                    extra_options={"ActivationSymmetric": False, "WeightSymmetric": True})
-            except FbnasError:
-                raise
-            except Exception as e:  # the calibration session and the quantizer raise many
-                raise FbnasError(f"int8 quantization failed: {_first_line(e)}") from None
-            result = onnx.load(str(quantized))
-    except OSError as e:
-        raise FbnasError(f"int8 quantization could not use a temporary folder: "
-                         f"{e.strerror or e}") from None
-    finally:
-        ort.set_default_logger_severity(ORT_DEFAULT_SEVERITY)
+        api.quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
+    except Exception as e:  # shape inference and the optimiser raise many types
+        raise FbnasError(f"int8 quantization could not prepare the model (shape "
+                         f"inference and graph optimisation): {_first_line(e)}") from None
+    try:
+        api.quantize_static(
+            str(prepared), str(quantized), _Batches(name, batches),
+            quant_format=api.QuantFormat.QDQ, per_channel=True, reduce_range=REDUCE_RANGE,
+            activation_type=api.QuantType.QUInt8, weight_type=api.QuantType.QInt8,
+            calibrate_method=api.CalibrationMethod.MinMax,
+            extra_options={"ActivationSymmetric": False, "WeightSymmetric": True})
+    except FbnasError:
+        raise
+    except Exception as e:  # the calibration session and the quantizer raise many
+        raise FbnasError(f"int8 quantization failed: {_first_line(e)}") from None
+    return api.onnx.load(str(quantized))
+
+
+def _with_metadata(result, metadata: dict[str, str]) -> bytes:
+    """``result``'s bytes with the float model's metadata (the fbnas definition, for one),
+    which quantization drops, and ``SETTINGS`` under ``METADATA_KEY`` (replacing any)."""
     for key, value in metadata.items():
         if not any(p.key == key for p in result.metadata_props):
             result.metadata_props.add(key=key, value=value)

@@ -63,6 +63,48 @@ def _no_unknown(d: dict, allowed: set[str], field: str) -> None:
         )
 
 
+def _add_stage(layers: list[Layer], si: int, st, cands: list, c: int, h: int, w: int
+               ) -> tuple[int, int, int]:
+    """Check stage ``si`` (``stages[si]``) and append its layers to ``layers``, which enter
+    with ``c`` channels on an ``h`` x ``w`` map; return the channels and map size it leaves.
+    Every candidate is checked at every layer's shape, so that a space that loads builds
+    every network it holds."""
+    field = f"stages[{si}]"
+    st = _mapping(st, field)
+    _no_unknown(st, {"channels", "blocks", "stride", "candidates"}, field)
+    c_out = _pos_int(st.get("channels"), f"{field}.channels", MAX_CHANNELS)
+    blocks = _pos_int(st.get("blocks"), f"{field}.blocks")
+    if len(layers) + blocks > MAX_LAYERS:
+        raise FbnasError(f"space field {field}.blocks: the space would have "
+                         f"{len(layers) + blocks} searchable layers, above fbnas's "
+                         f"limit of {MAX_LAYERS}")
+    first_stride = _pos_int(st.get("stride", 1), f"{field}.stride")
+    if first_stride not in SUPPORTED_STRIDES:
+        raise FbnasError(f"space field {field}.stride must be one of {SUPPORTED_STRIDES}, "
+                         f"got {first_stride}")
+    stage_cands = st.get("candidates", cands)
+    if not isinstance(stage_cands, list) or not stage_cands:
+        raise FbnasError(f"space field {field}.candidates must be a non-empty list")
+    for b in range(blocks):
+        stride = first_stride if b == 0 else 1
+        if stride > 1 and min(h, w) < 2:
+            raise FbnasError(
+                f"space field {field}.stride: the feature map is already {h}x{w}, so "
+                f"another stride-2 layer collapses it; raise input.resolution or "
+                "lower a stride"
+            )
+        for op in stage_cands:
+            try:
+                check_op_fits(op, c, c_out, stride)
+                check_map(op_width(op, c, c_out), h, w, f"op {brief(op)}")
+            except FbnasError as e:
+                raise FbnasError(f"space field {field}.candidates: {e}") from None
+        layers.append(Layer(len(layers), si, c, c_out, stride, h, w, tuple(stage_cands)))
+        h, w = out_size(h, stride), out_size(w, stride)
+        c = c_out
+    return c, h, w
+
+
 class SearchSpace:
     """A validated search space. Build with :func:`load_space` or :meth:`from_dict`."""
 
@@ -77,29 +119,9 @@ class SearchSpace:
         if not isinstance(d["name"], str) or not d["name"]:
             raise FbnasError("space field name must be a non-empty string")
         self.name: str = d["name"]
-
-        inp = _mapping(d["input"], "input")
-        _no_unknown(inp, {"channels", "resolution"}, "input")
-        self.in_channels = _pos_int(inp.get("channels"), "input.channels", MAX_CHANNELS)
-        self.resolution = _pos_int(inp.get("resolution"), "input.resolution", MAX_RESOLUTION)
-
-        stem = _mapping(d["stem"], "stem")
-        _no_unknown(stem, {"channels", "kernel", "stride"}, "stem")
-        self.stem_channels = _pos_int(stem.get("channels"), "stem.channels", MAX_CHANNELS)
-        self.stem_kernel = _pos_int(stem.get("kernel", 3), "stem.kernel", MAX_KERNEL)
-        if self.stem_kernel % 2 == 0:
-            raise FbnasError(f"space field stem.kernel must be odd (the output size assumes "
-                             f"padding K // 2), got {self.stem_kernel}")
-        self.stem_stride = _pos_int(stem.get("stride", 1), "stem.stride")
-        if self.stem_stride not in SUPPORTED_STRIDES:
-            raise FbnasError(f"space field stem.stride must be one of {SUPPORTED_STRIDES}, "
-                             f"got {self.stem_stride}")
-
-        head = _mapping(d["head"], "head")
-        _no_unknown(head, {"channels", "classes"}, "head")
-        self.head_channels = _pos_int(head.get("channels"), "head.channels", MAX_CHANNELS)
-        self.num_classes = _pos_int(head.get("classes"), "head.classes", MAX_CLASSES)
-        check_weights(self.head_channels * self.num_classes, "space field head")
+        self._read_input(d["input"])
+        self._read_stem(d["stem"])
+        self._read_head(d["head"])
 
         cands = d["candidates"]
         if not isinstance(cands, list) or not cands:
@@ -118,42 +140,40 @@ class SearchSpace:
         c = self.stem_channels
         layers: list[Layer] = []
         for si, st in enumerate(stages):
-            field = f"stages[{si}]"
-            st = _mapping(st, field)
-            _no_unknown(st, {"channels", "blocks", "stride", "candidates"}, field)
-            c_out = _pos_int(st.get("channels"), f"{field}.channels", MAX_CHANNELS)
-            blocks = _pos_int(st.get("blocks"), f"{field}.blocks")
-            if len(layers) + blocks > MAX_LAYERS:
-                raise FbnasError(f"space field {field}.blocks: the space would have "
-                                 f"{len(layers) + blocks} searchable layers, above fbnas's "
-                                 f"limit of {MAX_LAYERS}")
-            first_stride = _pos_int(st.get("stride", 1), f"{field}.stride")
-            if first_stride not in SUPPORTED_STRIDES:
-                raise FbnasError(f"space field {field}.stride must be one of {SUPPORTED_STRIDES}, "
-                                 f"got {first_stride}")
-            stage_cands = st.get("candidates", cands)
-            if not isinstance(stage_cands, list) or not stage_cands:
-                raise FbnasError(f"space field {field}.candidates must be a non-empty list")
-            for b in range(blocks):
-                stride = first_stride if b == 0 else 1
-                if stride > 1 and min(h, w) < 2:
-                    raise FbnasError(
-                        f"space field {field}.stride: the feature map is already {h}x{w}, so "
-                        f"another stride-2 layer collapses it; raise input.resolution or "
-                        "lower a stride"
-                    )
-                for op in stage_cands:
-                    try:
-                        check_op_fits(op, c, c_out, stride)
-                        check_map(op_width(op, c, c_out), h, w, f"op {brief(op)}")
-                    except FbnasError as e:
-                        raise FbnasError(f"space field {field}.candidates: {e}") from None
-                layers.append(Layer(len(layers), si, c, c_out, stride, h, w, tuple(stage_cands)))
-                h, w = out_size(h, stride), out_size(w, stride)
-                c = c_out
+            c, h, w = _add_stage(layers, si, st, cands, c, h, w)
         self.layers: tuple[Layer, ...] = tuple(layers)
         self.final_channels = c
         self.final_hw = (h, w)
+
+    def _read_input(self, value) -> None:
+        """``input``: the image's channels and resolution, within fbnas's limits."""
+        inp = _mapping(value, "input")
+        _no_unknown(inp, {"channels", "resolution"}, "input")
+        self.in_channels = _pos_int(inp.get("channels"), "input.channels", MAX_CHANNELS)
+        self.resolution = _pos_int(inp.get("resolution"), "input.resolution", MAX_RESOLUTION)
+
+    def _read_stem(self, value) -> None:
+        """``stem``: channels, an odd kernel (the output size assumes padding K // 2) and a
+        stride the ops support."""
+        stem = _mapping(value, "stem")
+        _no_unknown(stem, {"channels", "kernel", "stride"}, "stem")
+        self.stem_channels = _pos_int(stem.get("channels"), "stem.channels", MAX_CHANNELS)
+        self.stem_kernel = _pos_int(stem.get("kernel", 3), "stem.kernel", MAX_KERNEL)
+        if self.stem_kernel % 2 == 0:
+            raise FbnasError(f"space field stem.kernel must be odd (the output size assumes "
+                             f"padding K // 2), got {self.stem_kernel}")
+        self.stem_stride = _pos_int(stem.get("stride", 1), "stem.stride")
+        if self.stem_stride not in SUPPORTED_STRIDES:
+            raise FbnasError(f"space field stem.stride must be one of {SUPPORTED_STRIDES}, "
+                             f"got {self.stem_stride}")
+
+    def _read_head(self, value) -> None:
+        """``head``: channels and classes, whose classifier's weights stay within limits."""
+        head = _mapping(value, "head")
+        _no_unknown(head, {"channels", "classes"}, "head")
+        self.head_channels = _pos_int(head.get("channels"), "head.channels", MAX_CHANNELS)
+        self.num_classes = _pos_int(head.get("classes"), "head.classes", MAX_CLASSES)
+        check_weights(self.head_channels * self.num_classes, "space field head")
 
     @classmethod
     def from_dict(cls, raw: dict) -> "SearchSpace":

@@ -727,18 +727,24 @@ def write_atomic(path, text):
             os.unlink(tmp)
 
 
-def run(argv=None):
-    args = parse_args(argv)
+def import_runtime():
+    """(numpy, onnxruntime), imported when the runner runs rather than with it, so that
+    --help and a bad command line answer on a device that lacks them."""
     try:
         import numpy as np
         import onnxruntime as ort
     except ImportError as e:
         raise RunnerError("this runner needs the numpy and onnxruntime packages (%s); "
                           "install them with: python -m pip install onnxruntime numpy" % e)
+    return np, ort
+
+
+def run(argv=None):
+    args = parse_args(argv)
+    np, ort = import_runtime()
     bundle = os.path.abspath(args.bundle)
     manifest, manifest_sha = read_manifest(bundle)
-    protocol = manifest["protocol"]
-    settings, provider_options = check_args(args, protocol)
+    settings, provider_options = check_args(args, manifest["protocol"])
     available = list(ort.get_available_providers())
     if args.provider not in available:
         raise RunnerError("onnxruntime %s here has no execution provider %s; available: %s"
@@ -749,7 +755,38 @@ def run(argv=None):
     note("bundle of space %s (%s, batch %d): %d entries, %d networks, files match the manifest"
          % (manifest["space"]["name"], manifest["precision"], manifest["batch"],
             len(manifest["entries"]), len(manifest["networks"])))
+    device, timed = time_bundle(ort, np, bundle, manifest, settings, provider_options, args)
+    results = {
+        "schema": RESULTS_SCHEMA,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "manifest_sha256": manifest_sha,
+        "manifest": manifest,
+        "files": files,
+        "device": device,
+    }
+    results.update(timing_results(manifest, settings, started, *timed))
+    try:  # strict JSON: a parser refuses Infinity and NaN, which nothing here should write
+        text = json.dumps(results, indent=1, allow_nan=False) + "\n"
+    except ValueError:
+        raise RunnerError("a timing came out infinite or not a number; run again, and report "
+                          "it if it repeats")
+    write_atomic(args.out, text)
+    meds = [e["median"] for e in results["entries"].values()]
+    print("timed %d entries (%.1f .. %.1f us) and %d networks on %s with %s, %d thread(s), "
+          "in %.0f s" % (len(meds), min(meds), max(meds), len(manifest["networks"]),
+                         device["cpu"], args.provider, args.threads,
+                         time.monotonic() - started))
+    print("wrote %s; import it where fbnas is installed with: fbnas profile --space %s "
+          "--from-results %s --out TABLE"
+          % (args.out, manifest["space"].get("source") or manifest["space"]["name"],
+             os.path.basename(args.out)))
 
+
+def time_bundle(ort, np, bundle, manifest, settings, provider_options, args):
+    """(the device record, (the entries' Blocks, the networks-and-entries Blocks, seconds of
+    each)): the entries timed as fbnas profile times them, then the networks in shared rounds
+    with the entries re-timed, as fbnas calibrate times them."""
+    protocol = manifest["protocol"]
     entries, networks = manifest["entries"], manifest["networks"]
     seed = settings["seed"]
     entry_calls, first = load_sessions(ort, np, bundle, entries, args.threads, args.provider,
@@ -780,21 +817,23 @@ def run(argv=None):
         max(2, settings["network_rounds"]), settings["block_time_s"], warmup, seed,
         "networks and entries")
     calibration_seconds = time.monotonic() - t0
+    return device, (profile, calibration, profile_seconds, calibration_seconds)
 
+
+def timing_results(manifest, settings, started, profile, calibration, profile_seconds,
+                   calibration_seconds):
+    """The results' protocol, summaries and blocks: every figure fbnas recomputes from the
+    blocks when it reads the results back (fbnas.latency.device)."""
+    entries, net_keys = manifest["entries"], list(manifest["networks"])
     stats = calibration.summaries(halves=set(net_keys))
-    results = {
-        "schema": RESULTS_SCHEMA,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "manifest_sha256": manifest_sha,
-        "manifest": manifest,
-        "files": files,
-        "device": device,
+    return {
         "protocol": {
             "rounds": settings["rounds"], "network_rounds": max(2, settings["network_rounds"]),
-            "block_time_s": settings["block_time_s"], "warmup_calls": warmup,
+            "block_time_s": settings["block_time_s"],
+            "warmup_calls": manifest["protocol"]["warmup_calls"],
             "extra_time_s": settings["extra_time_s"],
             "extra_rounds_run": profile.rounds_run - settings["rounds"],
-            "seed": seed, "drift_neighbours": 4,
+            "seed": settings["seed"], "drift_neighbours": 4,
             "profile_seconds": round(profile_seconds, 1),
             "calibration_seconds": round(calibration_seconds, 1),
             "wall_seconds": round(time.monotonic() - started, 1),
@@ -804,20 +843,6 @@ def run(argv=None):
         "retimed": {k: stats[k] for k in entries},
         "blocks": {"entries": profile.record(), "networks_and_entries": calibration.record()},
     }
-    try:  # strict JSON: a parser refuses Infinity and NaN, which nothing here should write
-        text = json.dumps(results, indent=1, allow_nan=False) + "\n"
-    except ValueError:
-        raise RunnerError("a timing came out infinite or not a number; run again, and report "
-                          "it if it repeats")
-    write_atomic(args.out, text)
-    meds = [e["median"] for e in results["entries"].values()]
-    print("timed %d entries (%.1f .. %.1f us) and %d networks on %s with %s, %d thread(s), "
-          "in %.0f s" % (len(meds), min(meds), max(meds), len(net_keys), device["cpu"],
-                         args.provider, args.threads, time.monotonic() - started))
-    print("wrote %s; import it where fbnas is installed with: fbnas profile --space %s "
-          "--from-results %s --out TABLE"
-          % (args.out, manifest["space"].get("source") or manifest["space"]["name"],
-             os.path.basename(args.out)))
 
 
 def main(argv=None):

@@ -227,55 +227,79 @@ def solve(costs: list[list[float]], logp: list[list[float]], limit: float,
     cheap_cost, cheap_logp = _sums(C, L, cheap)
     if not cheap_cost <= limit:
         return Solution(None, cheap_cost, cheap_logp, True, 0.0, 0)
+    best = _incumbent(C, L, limit, (cheap_logp, -cheap_cost, cheap))
+    best = _improve(C, L, limit, best)
+    frontier = _Frontier(C, L, limit)
+    # a narrow first pass finds a network close to the best, whose log-probability then
+    # lets the bounds drop most of the exact pass's partial networks
+    if max_states > _PROBE:
+        best, _, _ = frontier.run(best, _PROBE)
+    best, exact, states = frontier.run(best, max_states)
+    gap = 0.0 if exact else frontier.gap(best)
+    return Solution(list(best[2]), -best[1], best[0], exact, gap, states)
 
-    width = max(c.size for c in C)
+
+def _incumbent(C: list[np.ndarray], L: list[np.ndarray], limit: float, best: tuple) -> tuple:
+    """A known feasible network (logp, -cost, path) for the frontier's bounds to beat: the
+    better of ``best`` and the relaxed (Lagrangian) networks that fit, found by doubling the
+    price of latency until one fits and then bisecting it to the smallest price that fits."""
+    n, width = len(C), max(c.size for c in C)
     Cp = np.zeros((n, width))
     Lp = np.full((n, width), -math.inf)
     for k, (c, p) in enumerate(zip(C, L)):
         Cp[k, :c.size], Lp[k, :p.size] = c, p
-    # bounds need a finite limit; no network costs more than the sum of the dearest candidates
-    dearest = float(sum(float(c.max()) for c in C))
-    bound_limit = min(limit, dearest + _SLACK * (1.0 + abs(dearest)))
-    cost_slack = _SLACK * (1.0 + sum(float(np.abs(c).max()) for c in C) + abs(bound_limit))
-
-    # a known feasible network (the incumbent), for the bounds to beat
-    best = (cheap_logp, -cheap_cost, cheap)
     top = _relaxed(Cp, Lp, 0.0)
     top_cost, top_logp = _sums(C, L, top)
     if top_cost <= limit:
-        best = max(best, (top_logp, -top_cost, top), key=lambda t: t[:2])
+        return max(best, (top_logp, -top_cost, top), key=lambda t: t[:2])
+    lo, hi = 0.0, 1.0
+    for _ in range(400):  # the smallest lam whose relaxed network fits
+        path = _relaxed(Cp, Lp, hi)
+        pc, pl = _sums(C, L, path)
+        if pc <= limit:
+            best = max(best, (pl, -pc, path), key=lambda t: t[:2])
+            break
+        lo, hi = hi, 2.0 * hi
     else:
-        lo, hi = 0.0, 1.0
-        for _ in range(400):  # the smallest lam whose relaxed network fits
-            path = _relaxed(Cp, Lp, hi)
-            pc, pl = _sums(C, L, path)
-            if pc <= limit:
-                best = max(best, (pl, -pc, path), key=lambda t: t[:2])
-                break
-            lo, hi = hi, 2.0 * hi
+        hi = lo = 0.0  # only networks holding a probability-0 candidate fit
+    for _ in range(60 if hi > 0 else 0):
+        mid = 0.5 * (lo + hi)
+        path = _relaxed(Cp, Lp, mid)
+        pc, pl = _sums(C, L, path)
+        if pc <= limit:
+            hi = mid
+            best = max(best, (pl, -pc, path), key=lambda t: t[:2])
         else:
-            hi = lo = 0.0  # only networks holding a probability-0 candidate fit
-        for _ in range(60 if hi > 0 else 0):
-            mid = 0.5 * (lo + hi)
-            path = _relaxed(Cp, Lp, mid)
-            pc, pl = _sums(C, L, path)
-            if pc <= limit:
-                hi = mid
-                best = max(best, (pl, -pc, path), key=lambda t: t[:2])
-            else:
-                lo = mid
-    best = _improve(C, L, limit, best)
-    hulls = [_hull(c, p) for c, p in zip(C, L)]
-    bounds = [_Suffix(hulls[k:]) for k in range(n + 1)]
-    finite_lp = sum(float(np.abs(p[np.isfinite(p)]).max(initial=0.0)) for p in L)
-    lp_slack = _SLACK * (1.0 + finite_lp)
-    rest_min = np.zeros(n + 1)
-    for k in range(n - 1, -1, -1):
-        rest_min[k] = rest_min[k + 1] + float(C[k].min())
+            lo = mid
+    return best
 
-    def run(best: tuple, cap: int) -> tuple[tuple, bool, int]:
+
+class _Frontier:
+    """The exact program over layers: per layer the Pareto frontier of (cost, logp) of the
+    partial networks, pruned by what the rest of the layers can still add (``_Suffix``
+    bounds) against a known network. Built once, run twice (a narrow pass, then the full
+    one), so the bounds and slacks are computed here."""
+
+    def __init__(self, C: list[np.ndarray], L: list[np.ndarray], limit: float):
+        self.C, self.L, self.limit, n = C, L, limit, len(C)
+        # bounds need a finite limit; no network costs more than the sum of the dearest
+        # candidates
+        dearest = float(sum(float(c.max()) for c in C))
+        self.bound_limit = min(limit, dearest + _SLACK * (1.0 + abs(dearest)))
+        self.cost_slack = _SLACK * (1.0 + sum(float(np.abs(c).max()) for c in C)
+                                    + abs(self.bound_limit))
+        hulls = [_hull(c, p) for c, p in zip(C, L)]
+        self.bounds = [_Suffix(hulls[k:]) for k in range(n + 1)]
+        finite_lp = sum(float(np.abs(p[np.isfinite(p)]).max(initial=0.0)) for p in L)
+        self.lp_slack = _SLACK * (1.0 + finite_lp)
+        self.rest_min = np.zeros(n + 1)
+        for k in range(n - 1, -1, -1):
+            self.rest_min[k] = self.rest_min[k + 1] + float(C[k].min())
+
+    def run(self, best: tuple, cap: int) -> tuple[tuple, bool, int]:
         """The frontier program from incumbent ``best``, keeping at most ``cap`` pairs a layer:
         (the best network found or ``best``, whether no cap bound, the largest frontier)."""
+        C, L, limit, n = self.C, self.L, self.limit, len(self.C)
         exact = True
         cost, lp = np.zeros(1), np.zeros(1)
         parents, choices = [], []
@@ -285,16 +309,16 @@ def solve(costs: list[list[float]], logp: list[list[float]], limit: float,
             nc = (cost[:, None] + C[k][None, :]).ravel()
             nl = (lp[:, None] + L[k][None, :]).ravel()
             idx = np.arange(nc.size)
-            ok = nc + rest_min[k + 1] <= limit + cost_slack
+            ok = nc + self.rest_min[k + 1] <= limit + self.cost_slack
             idx, nc, nl = idx[ok], nc[ok], nl[ok]
             order = np.lexsort((-nl, nc))  # cheapest first, the more probable first on ties
             idx, nc, nl = idx[order], nc[order], nl[order]
             keep = np.ones(nc.size, dtype=bool)
             keep[1:] = nl[1:] > np.maximum.accumulate(nl)[:-1]  # beats every cheaper pair
             idx, nc, nl = idx[keep], nc[keep], nl[keep]
-            ub = nl + bounds[k + 1](bound_limit - nc + cost_slack)
+            ub = nl + self.bounds[k + 1](self.bound_limit - nc + self.cost_slack)
             if math.isfinite(best[0]):
-                keep = ub >= best[0] - lp_slack
+                keep = ub >= best[0] - self.lp_slack
                 idx, nc, nl, ub = idx[keep], nc[keep], nl[keep], ub[keep]
             if nc.size > cap:
                 exact = False
@@ -319,16 +343,11 @@ def solve(costs: list[list[float]], logp: list[list[float]], limit: float,
                 best = (fl, -fc, path)
         return best, exact, states
 
-    # a narrow first pass finds a network close to the best, whose log-probability then
-    # lets the bounds drop most of the exact pass's partial networks
-    if max_states > _PROBE:
-        best, _, _ = run(best, _PROBE)
-    best, exact, states = run(best, max_states)
-    gap = 0.0
-    if not exact:
-        top_bound = float(bounds[0](np.array([bound_limit + cost_slack]))[0])
-        gap = max(0.0, top_bound - best[0]) if math.isfinite(top_bound) else math.inf
-    return Solution(list(best[2]), -best[1], best[0], exact, gap, states)
+    def gap(self, best: tuple) -> float:
+        """How much more log-probability than ``best`` the bound still allows, when a capped
+        run could not prove ``best`` optimal."""
+        top_bound = float(self.bounds[0](np.array([self.bound_limit + self.cost_slack]))[0])
+        return max(0.0, top_bound - best[0]) if math.isfinite(top_bound) else math.inf
 
 
 def best_path(costs: list[list[float]], logp: list[list[float]], limit: float) -> list[int] | None:
