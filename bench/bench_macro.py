@@ -56,8 +56,6 @@ from fbnas.latency.lut import load_lut
 from fbnas.machine import cpu_identity, cpu_model
 from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.search.checkpoint import load_search_checkpoint
-from fbnas.search.groundtruth import (all_keys, judge, key_of, latency_quantile, load_truth,
-                                      ops_of)
 from fbnas.search.latency_prior import latency_prior
 from fbnas.search.naswot import data_images, score_architectures
 from fbnas.search.oneshot_check import (RULES, checked_networks, choose, log_probabilities,
@@ -67,6 +65,7 @@ from fbnas.search.run import run_search
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_budget import theta_steps_taken  # noqa: E402
 from bench_common import log_to, per_epoch  # noqa: E402
+from groundtruth import all_keys, judge, key_of, latency_quantile, load_truth, ops_of  # noqa: E402
 from macro_paired import report_paired  # noqa: E402
 from macro_report import (by_budget, draw, headroom, print_table, provenance,  # noqa: E402
                           simple_rules, summary, tau)

@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 from fbnas.io import atomic_write
-from fbnas.search.groundtruth import judge, ops_of, pareto_front
+from groundtruth import judge, ops_of, pareto_front  # bench/, beside this file
 
 
 def print_table(rows: list[dict]) -> None:

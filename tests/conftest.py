@@ -4,10 +4,20 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
+BENCH_DIR = REPO / "bench"
 CIFAR_SUBSET = (REPO.parent / "shared" / "data" / "cifar10-subset")
 
 torch.set_num_threads(1)
 
+
+
+def bench_on_path() -> None:
+    """Put bench/ on the import path, as running a bench script does: the benches and the
+    modules beside them (groundtruth, bench_common, ...) import each other by name."""
+    import sys
+
+    if str(BENCH_DIR) not in sys.path:
+        sys.path.insert(0, str(BENCH_DIR))
 
 def require_cifar_subset() -> Path:
     """The CIFAR-10 subset, or a failure saying where it was looked for.

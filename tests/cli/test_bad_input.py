@@ -199,7 +199,10 @@ def test_a_key_given_twice_in_any_json_file_is_refused(tmp_path, tiny_lut_data, 
     fbnas reads (tables, device results, architecture files, manifests) is refused instead."""
     from fbnas.io import parse_json
     from fbnas.latency import device_runner as runner
-    from fbnas.search.groundtruth import load_truth
+    from tests.conftest import bench_on_path
+
+    bench_on_path()
+    from groundtruth import load_truth
 
     table = tmp_path / "t.json"
     table.write_text(_key_twice(tiny_lut_data, "entries"))

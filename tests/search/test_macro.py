@@ -10,9 +10,11 @@ from fbnas.arch.definition import build_model
 from fbnas.arch.space import load_space
 from fbnas.errors import FbnasError
 from fbnas.machine import cpu_model
-from fbnas.search.groundtruth import (Truth, all_keys, judge, key_of, latency_quantile,
-                                      load_truth, ops_of, pareto_front)
-from tests.conftest import REPO
+from tests.conftest import REPO, bench_on_path
+
+bench_on_path()
+from groundtruth import (Truth, all_keys, judge, key_of, latency_quantile,  # noqa: E402
+                         load_truth, ops_of, pareto_front)
 
 BENCH = REPO.parent / "shared" / "data" / "nas-bench-macro"
 
