@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import os
 import sys
 from pathlib import Path
 
@@ -11,8 +10,9 @@ import click
 
 import fbnas
 from fbnas.arch.limits import MAX_BATCH
-from fbnas.errors import FbnasError, UsageError, capped
+from fbnas.errors import FbnasError, capped
 from fbnas.latency.runtimes import DEFAULT_BLOCK_TIME, DEFAULT_RUNTIME, RUNTIMES
+from fbnas.runs.deploy import CALIBRATION_IMAGES
 from fbnas.search.pick import DEFAULT_NETWORKS, PICK_RULES
 
 #: most architectures one `fbnas sample` draws into a file
@@ -172,16 +172,10 @@ def profile(ctx, space_name, out, bundle, precision, networks, data_dir, jobs, f
 
     profiling.check_mode(_given(ctx), out, bundle, precision, data_dir, from_results, check_n)
     if bundle is not None:
-        from fbnas.arch.space import load_space
-        from fbnas.runs.calibration_images import bundle_images
+        from fbnas.runs.calibration_images import bundle_command
 
-        space = load_space(space_name)
-        # check_mode lets --data-dir through only with --precision int8
-        images = None if data_dir is None else bundle_images(data_dir, space.resolution, seed)
-        profiling.bundle_for_device(
-            space, bundle, str(space_name), precision=precision, batch=batch, networks=networks,
-            seed=seed, images=images, images_source=None if images is None else str(data_dir),
-            jobs=jobs, force=force, echo=click.echo)
+        bundle_command(space_name, bundle, data_dir, precision=precision, batch=batch,
+                       networks=networks, seed=seed, jobs=jobs, force=force, echo=click.echo)
     elif from_results is not None:
         profiling.table_from_results(space_name, from_results, out, force=force, echo=click.echo)
     else:
@@ -280,28 +274,6 @@ def run_options(f):
     return f
 
 
-def launch_processes(ctx: click.Context, nproc: int, threads: int | None) -> int:
-    """Re-run this command, minus --nproc, as ``nproc`` torchrun processes on this machine."""
-    from fbnas.runs.dist import launch
-
-    if "WORLD_SIZE" in os.environ:
-        raise UsageError("--nproc starts torchrun itself; inside torchrun leave it out")
-    args = [ctx.info_name]
-    for param in ctx.command.params:
-        value = ctx.params[param.name]
-        if param.name == "nproc" or value is None or value is False or value == ():
-            continue
-        flag = max(param.opts, key=len)
-        if getattr(param, "is_flag", False):
-            args.append(flag)
-        elif getattr(param, "multiple", False):
-            for v in value:
-                args += [flag, str(v)]
-        else:
-            args += [flag, str(value)]
-    return launch(nproc, args, threads)
-
-
 @main.command(context_settings=CONTEXT)
 @run_options
 @click.option("--space", "space_name", help="Search space name or YAML file (config key space).")
@@ -334,33 +306,16 @@ def train(ctx, config_path, data_dir, out, epochs, seed, device, threads, overri
       fbnas train --out runs/c10 --resume
       fbnas train --config my_search.yaml --out runs/mine --nproc 2
     """
-    from fbnas.runs.dist import exit_without_teardown, leave_if_child
-    from fbnas.runs.logs import console
-    from fbnas.runs.run_config import run_config
-    from fbnas.search.run import run_search
+    from fbnas.search.run import search_command
 
-    if nproc is not None and nproc > 1:
-        from fbnas.runs.rundir import check_run_dir
-
-        # report a bad --out once, before starting processes
-        check_run_dir(Path(out or "runs/search"), resume, force)
-        # the launching process holds nothing else to tear down
-        exit_without_teardown(launch_processes(ctx, nproc, threads))
-
-    out = out or Path("runs/search")
     budget = {} if target_ms is None else {"loss.form": "target", "loss.target_ms": target_ms}
-    cfg = run_config(config_path, out, resume, force, overrides, download,
-                     {"space": space_name, "lut": lut, "data.dir": data_dir,
-                      "search.epochs": epochs, "search.mode": mode, "run.seed": seed,
-                      "run.device": device, "run.threads": threads, **budget})
-    with console():
-        result = run_search(cfg, out, resume=resume, force=force)
-    if not result["stopped"] and result["rank"] == 0:
-        click.echo(f"done: {result['epochs_done']} epochs; the found architecture's predicted "
-                   f"latency is {result['found_cost'] / 1000:.3f} ms"
-                   if cfg.search.cost == "latency" else f"done: {result['epochs_done']} epochs")
-        click.echo(f"next: fbnas sample {out} --hard")
-    leave_if_child()
+    search_command(config_path, out or Path("runs/search"), resume, force, overrides, download,
+                   {"space": space_name, "lut": lut, "data.dir": data_dir,
+                    "search.epochs": epochs, "search.mode": mode, "run.seed": seed,
+                    "run.device": device, "run.threads": threads, **budget}, nproc=nproc,
+                   command_line=[(max(p.opts, key=len), ctx.params[p.name])
+                                 for p in ctx.command.params if p.name != "nproc"],
+                   echo=click.echo)
 
 
 @main.command(context_settings=CONTEXT)
@@ -381,22 +336,12 @@ def retrain(arch, name, config_path, data_dir, out, epochs, seed, device, thread
     Example:
       fbnas retrain runs/search/arch.json --name search_hard --out runs/retrain --epochs 30
     """
-    from fbnas.runs.logs import console
-    from fbnas.runs.retrain import run_retrain
-    from fbnas.runs.run_config import run_config
+    from fbnas.runs.retrain import retrain_command
 
-    out = out or Path("runs/retrain")
-    if arch is None and not resume:
-        raise UsageError("give ARCH, the architecture file written by fbnas sample")
-    cfg = run_config(config_path, out, resume, force, overrides, download,
-                     {"retrain.arch": arch, "retrain.name": name, "data.dir": data_dir,
-                      "retrain.epochs": epochs, "run.seed": seed, "run.device": device,
-                      "run.threads": threads})
-    with console():
-        result = run_retrain(cfg, out, resume=resume, force=force)
-    if not result["stopped"] and "test" in result and result["rank"] == 0:
-        click.echo(f"done: {result['epochs_done']} epochs; test top1 "
-                   f"{result['test']['top1']:.2f}%")
+    retrain_command(arch, config_path, out or Path("runs/retrain"), resume, force, overrides,
+                    download, {"retrain.name": name, "data.dir": data_dir,
+                               "retrain.epochs": epochs, "run.seed": seed,
+                               "run.device": device, "run.threads": threads}, echo=click.echo)
 
 
 @main.command(context_settings=CONTEXT)
@@ -490,19 +435,11 @@ def pick(target_ms, config_path, space_name, lut, data_dir, networks, rule, seed
       fbnas pick --config configs/macro.yaml --target-ms 1.8
       fbnas retrain runs/pick/arch.json --name pick_1.8ms --out runs/pick_1.8
     """
-    from fbnas.config import load_config
-    from fbnas.search.pick import default_name, pick_to_file
+    from fbnas.search.pick import pick_command
 
-    given = {"space": space_name, "lut": lut, "data.dir": data_dir, "run.seed": seed,
-             "run.threads": threads, "loss.form": "target", "loss.target_ms": target_ms}
-    cfg = load_config(config_path, list(overrides),
-                      options={k: v for k, v in given.items() if v is not None})
-    if cfg.run.threads:
-        import torch
-
-        torch.set_num_threads(cfg.run.threads)
-    pick_to_file(cfg, out, name or default_name(target_ms), networks, rule, force,
-                 echo=click.echo)
+    pick_command(target_ms, config_path, overrides,
+                 {"space": space_name, "lut": lut, "data.dir": data_dir, "run.seed": seed,
+                  "run.threads": threads}, out, name, networks, rule, force, echo=click.echo)
 
 
 def _arch_options(f):
@@ -621,16 +558,15 @@ def summary(arch_path, name, lut_path):
               help="With --precision int8: the CIFAR-10 folder (python format) the network "
                    "was trained on; its training images calibrate the quantization, its test "
                    "images compare int8 with fp32 top-1 (with --weights).")
-@click.option("--calibration-images", default=256, show_default=True,
-              type=click.IntRange(min=1),
-              help="With --precision int8: random training images to calibrate on.")
+@click.option("--calibration-images", default=None, type=click.IntRange(min=1),
+              help="With --precision int8: random training images to calibrate on.  "
+                   f"[default: {CALIBRATION_IMAGES}]")
 @click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Output file (.pt2 for --format pt2).")
 @click.option("--seed", default=0, show_default=True, type=int,
               help="Seed of --random-weights and of the calibration images' draw.")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
-@click.pass_context
-def export(ctx, arch_path, name, weights, random_weights, fmt, precision, data_dir,
+def export(arch_path, name, weights, random_weights, fmt, precision, data_dir,
            calibration_images, out, seed, force):
     """Export an architecture with its weights for deployment (batch size stays dynamic).
 
@@ -650,23 +586,9 @@ def export(ctx, arch_path, name, weights, random_weights, fmt, precision, data_d
       fbnas export runs/search/arch.json --weights runs/retrain/checkpoints/last.pt \\
           --format onnx --precision int8 --data-dir data/cifar10 --out model_int8.onnx
     """
-    from fbnas.runs.deploy import export_network
+    from fbnas.runs.deploy import export_command
 
-    if (weights is None) == (not random_weights):
-        raise UsageError("pass --weights CKPT, or --random-weights to export an untrained "
-                         "network")
-    if precision == "int8":
-        if fmt != "onnx":
-            raise UsageError("--precision int8 quantizes the ONNX export; use --format onnx")
-        if data_dir is None:
-            raise UsageError("--precision int8 calibrates on real images; give --data-dir DIR, "
-                             "the CIFAR-10 folder the network was trained on")
-    else:
-        extra = [f for o, f in _given(ctx).items() if o in ("data_dir", "calibration_images")]
-        if extra:
-            raise UsageError(f"{extra[0]} calibrates int8 quantization; add --precision int8 "
-                             "or drop it")
-    export_network(arch_path, name, out, fmt, weights=weights, precision=precision,
+    export_command(arch_path, name, out, fmt, weights, random_weights, precision=precision,
                    data_dir=data_dir, calibration_images=calibration_images, seed=seed,
                    force=force, echo=click.echo)
 

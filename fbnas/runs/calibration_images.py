@@ -9,6 +9,7 @@ seed give the same images in both.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -37,6 +38,26 @@ def bundle_images(data_dir: str | Path, resolution: int, seed: int) -> np.ndarra
     data = load_dataset(data_dir, "cifar10", resolution=resolution)
     return draw(data, NETWORK_CALIBRATION_IMAGES, seed)
 
+
+
+def bundle_command(space_name: str | Path, out: Path, data_dir: str | Path | None,
+                   precision: str = "fp32", batch: int = 1, networks: int = 50, seed: int = 0,
+                   jobs: int = 0, force: bool = False,
+                   echo: Callable[[str], None] = print) -> dict:
+    """``fbnas profile --bundle`` once its options are parsed (and ``check_mode`` passed
+    them): the space ``space_name`` as a device bundle in ``out``, its int8 networks
+    calibrated on :func:`bundle_images` of ``data_dir``. It sits here, not in
+    fbnas.latency.profiling, because reading a data set is above the latency step."""
+    from fbnas.arch.space import load_space
+    from fbnas.latency.profiling import bundle_for_device
+
+    space = load_space(space_name)
+    # check_mode lets --data-dir through only with --precision int8
+    images = None if data_dir is None else bundle_images(data_dir, space.resolution, seed)
+    return bundle_for_device(
+        space, out, str(space_name), precision=precision, batch=batch, networks=networks,
+        seed=seed, images=images, images_source=None if images is None else str(data_dir),
+        jobs=jobs, force=force, echo=echo)
 
 def network_data(data_dir: str | Path, defn: dict, n_images: int) -> Dataset:
     """The CIFAR-10 folder ``data_dir`` loaded for the network ``defn``, checked before

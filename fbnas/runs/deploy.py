@@ -14,12 +14,15 @@ from typing import Callable
 
 #: int8 top-1 this many points below fp32 gets a warning
 INT8_DROP_WARNING = 2.0
+#: training images int8 quantization calibrates on unless ``--calibration-images`` says
+CALIBRATION_IMAGES = 256
 
 
 def export_network(arch_path: Path, name: str | None, out: Path, fmt: str,
                    weights: Path | None = None, precision: str = "fp32",
-                   data_dir: str | None = None, calibration_images: int = 256, seed: int = 0,
-                   force: bool = False, echo: Callable[[str], None] = print) -> None:
+                   data_dir: str | None = None, calibration_images: int = CALIBRATION_IMAGES,
+                   seed: int = 0, force: bool = False,
+                   echo: Callable[[str], None] = print) -> None:
     """Export the architecture ``name`` of ``arch_path`` with ``weights`` (None: random
     weights drawn with ``seed``) as ``fmt`` (pt2 or onnx) to ``out``; ``precision`` int8
     (onnx only) calibrates on ``calibration_images`` training images of the CIFAR-10 folder
@@ -52,6 +55,40 @@ def export_network(arch_path: Path, name: str | None, out: Path, fmt: str,
         echo(f"checked: the saved program matches eager within {diff:.1e} (max abs)")
     echo(f"wrote {out}")
 
+
+
+def export_command(arch_path: Path, name: str | None, out: Path, fmt: str,
+                   weights: Path | None, random_weights: bool, precision: str = "fp32",
+                   data_dir: str | None = None, calibration_images: int | None = None,
+                   seed: int = 0, force: bool = False,
+                   echo: Callable[[str], None] = print) -> None:
+    """``fbnas export`` once its options are parsed: refuse options that contradict each
+    other before anything is read (weights and random weights, both or neither; int8 other
+    than ONNX or without data; the int8 options without int8), then :func:`export_network`.
+    ``calibration_images`` None is the option not given (``CALIBRATION_IMAGES``)."""
+    from fbnas.errors import UsageError
+
+    if (weights is None) == (not random_weights):
+        raise UsageError("pass --weights CKPT, or --random-weights to export an untrained "
+                         "network")
+    if precision == "int8":
+        if fmt != "onnx":
+            raise UsageError("--precision int8 quantizes the ONNX export; use --format onnx")
+        if data_dir is None:
+            raise UsageError("--precision int8 calibrates on real images; give --data-dir DIR, "
+                             "the CIFAR-10 folder the network was trained on")
+    else:
+        extra = [flag for flag, value in (("--data-dir", data_dir),
+                                          ("--calibration-images", calibration_images))
+                 if value is not None]
+        if extra:
+            raise UsageError(f"{extra[0]} calibrates int8 quantization; add --precision int8 "
+                             "or drop it")
+    if calibration_images is None:
+        calibration_images = CALIBRATION_IMAGES
+    export_network(arch_path, name, out, fmt, weights=weights, precision=precision,
+                   data_dir=data_dir, calibration_images=calibration_images, seed=seed,
+                   force=force, echo=echo)
 
 def _io_line(model) -> str:
     shape = "x".join(map(str, model.input_shape(1)[1:]))

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, UsageError
 
 T = TypeVar("T")
 
@@ -177,6 +177,28 @@ def leave_if_child() -> None:
     group left, so all that remains is the teardown ``exit_without_teardown`` skips."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         exit_without_teardown(0)
+
+
+def relaunch(command: str, options: list[tuple[str, object]], nproc: int,
+             threads: int | None = None) -> int:
+    """Run ``fbnas command`` again with ``options`` as ``nproc`` torchrun processes on this
+    machine (see :func:`launch`). ``options`` are (flag, value) in the command's order:
+    True for a flag given, a tuple for a repeated option, None, False or () for one not
+    given."""
+    if "WORLD_SIZE" in os.environ:
+        raise UsageError("--nproc starts torchrun itself; inside torchrun leave it out")
+    args = [command]
+    for flag, value in options:
+        if value is None or value is False or value == ():
+            continue
+        if value is True:
+            args.append(flag)
+        elif isinstance(value, tuple):
+            for v in value:
+                args += [flag, str(v)]
+        else:
+            args += [flag, str(value)]
+    return launch(nproc, args, threads)
 
 
 def launch(nproc: int, fbnas_args: list[str], threads: int | None = None) -> int:

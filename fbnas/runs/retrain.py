@@ -19,8 +19,10 @@ from fbnas.arch.depthwise import route_depthwise
 from fbnas.arch.model import Network
 from fbnas.arch.pointwise import route_small_map_pointwise
 from fbnas.config import Config
-from fbnas.errors import FbnasError
+from fbnas.errors import FbnasError, UsageError
 from fbnas.runs.launch import launch
+from fbnas.runs.logs import console
+from fbnas.runs.run_config import run_config
 from fbnas.runs.trainer import Batch, Trainer
 
 
@@ -148,3 +150,21 @@ def run_retrain(cfg: Config, out: str | Path, resume: bool = False, force: bool 
     Its lines go to the "fbnas" logger and RUN_DIR/train.log, and also to ``echo`` if given.
     """
     return launch(Retrain, cfg, out, resume, force, stop_after, echo)
+
+
+def retrain_command(arch: Path | None, config_path: str | Path | None, out: Path, resume: bool,
+                    force: bool, overrides: tuple[str, ...], download: bool, options: dict,
+                    echo: Callable[[str], None] = print) -> dict:
+    """``fbnas retrain`` once its options are parsed: ``arch`` is required unless the run
+    resumes (its config names it); the run's config as ``run_config`` builds it, the
+    retrain, and on the first process its test top-1."""
+    if arch is None and not resume:
+        raise UsageError("give ARCH, the architecture file written by fbnas sample")
+    cfg = run_config(config_path, out, resume, force, overrides, download,
+                     {"retrain.arch": arch, **options})
+    with console():
+        result = run_retrain(cfg, out, resume=resume, force=force)
+    if not result["stopped"] and "test" in result and result["rank"] == 0:
+        echo(f"done: {result['epochs_done']} epochs; test top1 "
+             f"{result['test']['top1']:.2f}%")
+    return result

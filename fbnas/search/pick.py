@@ -138,3 +138,24 @@ def pick_to_file(cfg, out: Path, name: str, networks: int = DEFAULT_NETWORKS,
          f"{label(rule).replace('theta', 'the prior')}")
     echo(f"wrote {name} to {out}")
     return entry
+
+
+def pick_command(target_ms: float, config_path: str | Path | None, overrides: tuple[str, ...],
+                 options: dict, out: Path, name: str | None, networks: int = DEFAULT_NETWORKS,
+                 rule: str = PICK_RULES[0], force: bool = False,
+                 echo: Callable[[str], None] = print) -> dict:
+    """``fbnas pick`` once its options are parsed: the config from ``config_path``, the
+    named ``options`` given (None: not given) and ``overrides``, under the budget
+    ``target_ms``; torch's threads as it says; then :func:`pick_to_file` under ``name``
+    (default: :func:`default_name`)."""
+    import torch
+
+    from fbnas.config import load_config
+
+    given = {**options, "loss.form": "target", "loss.target_ms": target_ms}
+    cfg = load_config(config_path, list(overrides),
+                      options={k: v for k, v in given.items() if v is not None})
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    return pick_to_file(cfg, out, name or default_name(target_ms), networks, rule, force,
+                        echo=echo)

@@ -32,9 +32,12 @@ from fbnas.errors import FbnasError, UsageError
 from fbnas.io import file_hash
 from fbnas.latency.lut import load_lut
 from fbnas.latency.recorded import TABLE_COPY, table_copy
+from fbnas.runs.dist import exit_without_teardown, leave_if_child, relaunch
 from fbnas.runs.launch import launch
 from fbnas.runs.loaders import loader
-from fbnas.runs.rundir import resume_config
+from fbnas.runs.logs import console
+from fbnas.runs.run_config import run_config
+from fbnas.runs.rundir import check_run_dir, resume_config
 from fbnas.runs.schedule import cosine_between
 from fbnas.runs.stats import StepFigures
 from fbnas.runs.trainer import Batch, Trainer
@@ -640,3 +643,32 @@ def run_search(cfg: Config, out: str | Path, resume: bool = False, force: bool =
     Its lines go to the "fbnas" logger and RUN_DIR/train.log, and also to ``echo`` if given.
     """
     return launch(Search, cfg, out, resume, force, stop_after, echo)
+
+
+def search_command(config_path: str | Path | None, out: Path, resume: bool, force: bool,
+                   overrides: tuple[str, ...], download: bool, options: dict,
+                   nproc: int | None = None, command_line: list[tuple[str, object]] = (),
+                   echo: Callable[[str], None] = print) -> dict:
+    """``fbnas train`` once its options are parsed: the run's config from the file, the
+    resumed run, the named ``options`` and ``overrides`` (see ``run_config``), the search,
+    and on the first process the lines saying what it found and what to run next. A
+    torchrun child ends here once its run has finished (``leave_if_child``).
+
+    With ``nproc`` above 1 this process only starts that many torchrun processes running
+    ``fbnas train`` with ``command_line`` (the options as given, for ``relaunch``) and ends
+    with their exit code; a bad ``out`` is reported once, before they start."""
+    if nproc is not None and nproc > 1:
+        check_run_dir(out, resume, force)
+        # the launching process holds nothing else to tear down
+        exit_without_teardown(relaunch("train", list(command_line), nproc,
+                                       options.get("run.threads")))
+    cfg = run_config(config_path, out, resume, force, overrides, download, options)
+    with console():
+        result = run_search(cfg, out, resume=resume, force=force)
+    if not result["stopped"] and result["rank"] == 0:
+        echo(f"done: {result['epochs_done']} epochs; the found architecture's predicted "
+             f"latency is {result['found_cost'] / 1000:.3f} ms"
+             if cfg.search.cost == "latency" else f"done: {result['epochs_done']} epochs")
+        echo(f"next: fbnas sample {out} --hard")
+    leave_if_child()
+    return result

@@ -72,3 +72,43 @@ def test_leave_if_child_returns_outside_torchrun(monkeypatch):
     leave_if_child()
     monkeypatch.setenv("WORLD_SIZE", "1")
     leave_if_child()
+
+
+def test_export_command_refuses_contradicting_options_before_reading(tmp_path):
+    from fbnas.runs.deploy import export_command
+
+    arch, out = tmp_path / "none.json", tmp_path / "m.onnx"
+    with pytest.raises(UsageError, match="--random-weights"):
+        export_command(arch, None, out, "onnx", weights=None, random_weights=False)
+    with pytest.raises(UsageError, match="use --format onnx"):
+        export_command(arch, None, out, "pt2", None, True, precision="int8", data_dir="d")
+    with pytest.raises(UsageError, match="give --data-dir"):
+        export_command(arch, None, out, "onnx", None, True, precision="int8")
+    # an int8 option given without int8, even at its default value
+    with pytest.raises(UsageError, match="^--calibration-images calibrates int8"):
+        export_command(arch, None, out, "onnx", None, True, calibration_images=256)
+    assert not out.exists()
+
+
+def test_retrain_command_needs_an_architecture_unless_it_resumes(tmp_path):
+    from fbnas.runs.retrain import retrain_command
+
+    with pytest.raises(UsageError, match="give ARCH"):
+        retrain_command(None, "tiny", tmp_path / "run", False, False, (), False, {})
+    assert not (tmp_path / "run").exists()
+
+
+def test_relaunch_rebuilds_the_command_line_and_refuses_inside_torchrun(monkeypatch):
+    from fbnas.runs import dist
+
+    started = []
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(dist, "launch", lambda n, args, threads: started.append((n, args)) or 0)
+    options = [("--config", "tiny"), ("--epochs", 2), ("--resume", True), ("--force", False),
+               ("--set", ("a=1", "b=2")), ("--seed", None), ("--device", ())]
+    assert dist.relaunch("train", options, 2) == 0
+    assert started == [(2, ["train", "--config", "tiny", "--epochs", "2", "--resume",
+                            "--set", "a=1", "--set", "b=2"])]
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(UsageError, match="inside torchrun leave it out"):
+        dist.relaunch("train", options, 2)

@@ -125,6 +125,38 @@ def test_the_development_guide_names_every_module():
     assert not missing, f"docs/development.md does not name {missing}"
 
 
+#: the longest a function in fbnas/ may run, and one in cli.py, whose commands only parse,
+#: load a config, call a command function and map its errors; and cli.py's own length.
+#: A function's lines run from its ``def`` to its last line: decorators (click's options)
+#: are declarations, not logic, and are not counted; the docstring is.
+MAX_FUNCTION_LINES = 80
+MAX_CLI_FUNCTION_LINES = 60
+MAX_CLI_LINES = 600
+
+
+def long_functions(path: Path, limit: int) -> list[str]:
+    """'file:line name (N lines)' for every function or method in ``path`` over ``limit``
+    lines, nested ones included."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines = node.end_lineno - node.lineno + 1
+            if lines > limit:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name} "
+                             f"({lines} lines)")
+    return found
+
+
+def test_the_command_line_is_short_and_its_commands_thin():
+    """cli.py parses, calls the library and prints: logic there belongs to the module that
+    owns it, where the command functions and the tests reach it without click."""
+    cli = PACKAGE / "cli.py"
+    lines = len(cli.read_text().splitlines())
+    assert lines < MAX_CLI_LINES, f"fbnas/cli.py has {lines} lines"
+    long = long_functions(cli, MAX_CLI_FUNCTION_LINES)
+    assert not long, long
+
+
 def module_of(path: Path) -> str:
     """The dotted name of the fbnas module at ``path`` (a package by its __init__.py)."""
     parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
