@@ -530,106 +530,141 @@ def _check_final_temperature(s: SearchConfig) -> None:
                          f"decay of at most {fits:.4g}")
 
 
+def _need(ok: bool, msg: str) -> None:
+    """Refuse a config whose check ``ok`` failed, with ``msg`` saying which key and how to
+    fix it."""
+    if not ok:
+        raise UsageError(msg)
+
+
 def validate(cfg: Config) -> Config:
-    """Cross-field checks that a type cannot express."""
-    def need(ok: bool, msg: str) -> None:
-        if not ok:
-            raise UsageError(msg)
-    d, s, lo = cfg.data, cfg.search, cfg.loss
-    need(0 <= d.val_fraction < 1, "config key data.val_fraction must be in [0, 1)")
-    need(0 < d.theta_fraction < 1, "config key data.theta_fraction must be in (0, 1)")
-    need(d.batch_size >= 1 and d.eval_batch_size >= 1, "config key data.batch_size must be >= 1")
-    need(d.limit >= 0, "config key data.limit must be >= 0")
-    need(d.resolution >= 0, "config key data.resolution must be >= 0 (0: the network's)")
-    need(-1 <= d.workers <= MAX_WORKERS,
-         f"config key data.workers must be from 0 to {MAX_WORKERS} (decoding processes per "
-         f"training process), or -1 to choose from the cores; got {d.workers}")
-    need(not d.classes or d.kind == "folder",
-         f"config key data.classes ({d.classes}) selects class folders of an image folder, "
-         f"but data.kind is {d.kind}; drop data.classes or set data.kind: folder")
-    need(d.memory_mb >= 0, "config key data.memory_mb must be >= 0")
-    need(1 <= s.theta_steps <= 64, "config key search.theta_steps must be from 1 to 64 (theta "
-         "steps after each weight step)")
-    need(s.theta_steps == 1 or s.alternation == "step",
-         "config key search.theta_steps applies to search.alternation: step; set "
-         "search.alternation=step or search.theta_steps=1")
-    need(0 <= s.final_theta_steps <= 64, "config key search.final_theta_steps must be from 0 "
-         "to 64 (theta steps after each weight step of the last epoch; 0: search.theta_steps)")
-    need(s.final_theta_steps <= 1 or s.alternation == "step",
-         "config key search.final_theta_steps applies to search.alternation: step; set "
-         "search.alternation=step or search.final_theta_steps=0")
-    need(s.recalibrate_images >= 0, "config key search.recalibrate_images must be >= 0")
-    need(s.evaluate_every >= 1, "config key search.evaluate_every must be at least 1 (1 "
-                                "scores every epoch; the last epoch is always scored)")
-    need(s.epochs >= 1, "config key search.epochs must be at least 1")
-    need(cfg.warmup_epochs >= 0, "config key search.warmup_epochs must be >= 0")
+    """Cross-field checks that a type cannot express, section by section."""
+    _check_data(cfg.data)
+    _check_search(cfg)
+    _check_loss(cfg)
+    _check_optim(cfg.optim)
+    _check_run_and_retrain(cfg)
+    return cfg
+
+
+def _check_data(d: DataConfig) -> None:
+    """``data``: fractions within their ranges, sizes and counts within bounds, classes only
+    of an image folder."""
+    _need(0 <= d.val_fraction < 1, "config key data.val_fraction must be in [0, 1)")
+    _need(0 < d.theta_fraction < 1, "config key data.theta_fraction must be in (0, 1)")
+    _need(d.batch_size >= 1 and d.eval_batch_size >= 1, "config key data.batch_size must be >= 1")
+    _need(d.limit >= 0, "config key data.limit must be >= 0")
+    _need(d.resolution >= 0, "config key data.resolution must be >= 0 (0: the network's)")
+    _need(-1 <= d.workers <= MAX_WORKERS,
+          f"config key data.workers must be from 0 to {MAX_WORKERS} (decoding processes per "
+          f"training process), or -1 to choose from the cores; got {d.workers}")
+    _need(not d.classes or d.kind == "folder",
+          f"config key data.classes ({d.classes}) selects class folders of an image folder, "
+          f"but data.kind is {d.kind}; drop data.classes or set data.kind: folder")
+    _need(d.memory_mb >= 0, "config key data.memory_mb must be >= 0")
+
+
+def _check_search(cfg: Config) -> None:
+    """``search``: theta's steps and paths, epochs against the weights-only warm-up, the final
+    check's size for its rule, the temperature; ``cfg`` whole because the warm-up's default
+    comes from the epochs."""
+    s = cfg.search
+    _need(1 <= s.theta_steps <= 64, "config key search.theta_steps must be from 1 to 64 (theta "
+          "steps after each weight step)")
+    _need(s.theta_steps == 1 or s.alternation == "step",
+          "config key search.theta_steps applies to search.alternation: step; set "
+          "search.alternation=step or search.theta_steps=1")
+    _need(0 <= s.final_theta_steps <= 64, "config key search.final_theta_steps must be from 0 "
+          "to 64 (theta steps after each weight step of the last epoch; 0: search.theta_steps)")
+    _need(s.final_theta_steps <= 1 or s.alternation == "step",
+          "config key search.final_theta_steps applies to search.alternation: step; set "
+          "search.alternation=step or search.final_theta_steps=0")
+    _need(s.recalibrate_images >= 0, "config key search.recalibrate_images must be >= 0")
+    _need(s.evaluate_every >= 1, "config key search.evaluate_every must be at least 1 (1 "
+                                 "scores every epoch; the last epoch is always scored)")
+    _need(s.epochs >= 1, "config key search.epochs must be at least 1")
+    _need(cfg.warmup_epochs >= 0, "config key search.warmup_epochs must be >= 0")
     # the paper's share (what an unset search.warmup_epochs means) is always below the epochs
-    need(cfg.warmup_epochs <= s.epochs,
-         f"search.epochs ({s.epochs}, --epochs) is below search.warmup_epochs "
-         f"({cfg.warmup_epochs}), the weights-only epochs, so theta would never train: add "
-         f"--set search.warmup_epochs={int(round(0.1 * s.epochs))} (10% of the epochs) or "
-         f"train at least {cfg.warmup_epochs + 1} epochs")
-    need(s.accumulate >= 1, "config key search.accumulate must be at least 1")
-    need(1 <= s.theta_paths <= 64, "config key search.theta_paths must be from 1 to 64 (the "
-                                   "networks a REINFORCE theta step runs)")
-    need(s.reinforce_baseline != "leave_one_out" or s.theta_paths >= 2,
-         "config key search.reinforce_baseline=leave_one_out compares each network with the "
-         "step's others, so it needs search.theta_paths of at least 2: add --set "
-         "search.theta_paths=2")
-    need(s.transition_paths == 0 or 2 <= s.transition_paths <= 64,
-         "config key search.transition_paths must be 0 (mix every candidate of a transition "
-         f"layer) or from 2 to 64, got {s.transition_paths}; one path there is "
-         "search.soft_transitions=false")
+    _need(cfg.warmup_epochs <= s.epochs,
+          f"search.epochs ({s.epochs}, --epochs) is below search.warmup_epochs "
+          f"({cfg.warmup_epochs}), the weights-only epochs, so theta would never train: add "
+          f"--set search.warmup_epochs={int(round(0.1 * s.epochs))} (10% of the epochs) or "
+          f"train at least {cfg.warmup_epochs + 1} epochs")
+    _need(s.accumulate >= 1, "config key search.accumulate must be at least 1")
+    _need(1 <= s.theta_paths <= 64, "config key search.theta_paths must be from 1 to 64 (the "
+                                    "networks a REINFORCE theta step runs)")
+    _need(s.reinforce_baseline != "leave_one_out" or s.theta_paths >= 2,
+          "config key search.reinforce_baseline=leave_one_out compares each network with the "
+          "step's others, so it needs search.theta_paths of at least 2: add --set "
+          "search.theta_paths=2")
+    _need(s.transition_paths == 0 or 2 <= s.transition_paths <= 64,
+          "config key search.transition_paths must be 0 (mix every candidate of a transition "
+          f"layer) or from 2 to 64, got {s.transition_paths}; one path there is "
+          "search.soft_transitions=false")
     if s.rerank_by in ONE_SHOT_RULES:  # a one-shot pass over the val split per network
-        need(0 <= s.rerank <= 64, "config key search.rerank must be from 0 to 64 (the "
-                                  f"networks scored one-shot after the search), got {s.rerank}")
+        _need(0 <= s.rerank <= 64, "config key search.rerank must be from 0 to 64 (the "
+                                   f"networks scored one-shot after the search), got {s.rerank}")
     else:  # a NASWOT score costs one batch's forward pass, no pass over the val split
-        need(0 <= s.rerank <= 1024, "config key search.rerank must be from 0 to 1024 (the "
-                                    f"networks checked after the search), got {s.rerank}")
-    need(0 <= s.reinforce_momentum < 1, "config key search.reinforce_momentum must be in "
-                                        f"[0, 1), got {s.reinforce_momentum:g}")
-    need(s.temperature.initial > 0, "config key search.temperature.initial must be positive")
+        _need(0 <= s.rerank <= 1024, "config key search.rerank must be from 0 to 1024 (the "
+                                     f"networks checked after the search), got {s.rerank}")
+    _need(0 <= s.reinforce_momentum < 1, "config key search.reinforce_momentum must be in "
+                                         f"[0, 1), got {s.reinforce_momentum:g}")
+    _need(s.temperature.initial > 0, "config key search.temperature.initial must be positive")
     _check_final_temperature(s)
-    need(lo.alpha > 0, "config key loss.alpha must be positive")
-    need(lo.beta > 0, "config key loss.beta must be positive")
+
+
+def _check_loss(cfg: Config) -> None:
+    """``loss``: positive weights, the budget (built once to check it) only with latency as
+    the cost."""
+    s, lo = cfg.search, cfg.loss
+    _need(lo.alpha > 0, "config key loss.alpha must be positive")
+    _need(lo.beta > 0, "config key loss.beta must be positive")
     check_floor(lo.target_floor)  # sampling a search under --target-ms uses it too
     Budget.of(cfg)
     if lo.form == "target":
-        need(s.cost == "latency", "loss.form=target needs search.cost=latency")
-    need(lo.target_weight > 0, "config key loss.target_weight must be positive")
-    need(0 < lo.multiplier_lr <= 1e6, "config key loss.multiplier_lr must be positive (and at "
-                                      "most 1e6)")
-    ow, ot = cfg.optim.weights, cfg.optim.theta
+        _need(s.cost == "latency", "loss.form=target needs search.cost=latency")
+    _need(lo.target_weight > 0, "config key loss.target_weight must be positive")
+    _need(0 < lo.multiplier_lr <= 1e6, "config key loss.multiplier_lr must be positive (and at "
+                                       "most 1e6)")
+
+
+def _check_optim(optim: OptimConfig) -> None:
+    """``optim``: rates, momenta and decays that the optimizers take as float32 factors, and
+    theta's final rate no higher than its rate."""
+    ow, ot = optim.weights, optim.theta
     for key, lr in (("optim.weights.lr", ow.lr), ("optim.theta.lr", ot.lr),
                     ("optim.weights.min_lr", ow.min_lr)):
         # the optimizers apply the rate as a float32 factor
-        need(0 <= lr <= FLOAT32_MAX and (lr > 0 or key.endswith("min_lr")),
-             f"config key {key} must be positive and at most {FLOAT32_MAX:.3g}, got {lr:g}")
-    need(0 <= ow.momentum < 1, f"config key optim.weights.momentum must be in [0, 1), got "
-                               f"{ow.momentum:g}")
-    need(not ow.nesterov or ow.momentum > 0,
-         "optim.weights.nesterov needs a momentum above 0: set optim.weights.momentum (e.g. "
-         "0.9) or optim.weights.nesterov=false")
-    need(ow.warmup_epochs >= 0, "config key optim.weights.warmup_epochs must be >= 0")
-    need(ot.final_lr is None or 0 <= ot.final_lr <= ot.lr,
-         f"config key optim.theta.final_lr must be from 0 to optim.theta.lr ({ot.lr:g}), got "
-         f"{ot.final_lr}; leave it unset (null) to keep theta's rate constant")
+        _need(0 <= lr <= FLOAT32_MAX and (lr > 0 or key.endswith("min_lr")),
+              f"config key {key} must be positive and at most {FLOAT32_MAX:.3g}, got {lr:g}")
+    _need(0 <= ow.momentum < 1, f"config key optim.weights.momentum must be in [0, 1), got "
+                                f"{ow.momentum:g}")
+    _need(not ow.nesterov or ow.momentum > 0,
+          "optim.weights.nesterov needs a momentum above 0: set optim.weights.momentum (e.g. "
+          "0.9) or optim.weights.nesterov=false")
+    _need(ow.warmup_epochs >= 0, "config key optim.weights.warmup_epochs must be >= 0")
+    _need(ot.final_lr is None or 0 <= ot.final_lr <= ot.lr,
+          f"config key optim.theta.final_lr must be from 0 to optim.theta.lr ({ot.lr:g}), got "
+          f"{ot.final_lr}; leave it unset (null) to keep theta's rate constant")
     for key, decay in (("optim.weights.weight_decay", ow.weight_decay),
                        ("optim.theta.weight_decay", ot.weight_decay)):
-        need(0 <= decay <= FLOAT32_MAX, f"config key {key} must be >= 0, got {decay:g}")
+        _need(0 <= decay <= FLOAT32_MAX, f"config key {key} must be >= 0, got {decay:g}")
     for key, beta in (("optim.theta.beta1", ot.beta1), ("optim.theta.beta2", ot.beta2)):
-        need(0 <= beta < 1, f"config key {key} must be in [0, 1) (Adam's decay rate), got "
-                            f"{beta:g}")
-    need(cfg.run.threads is None or cfg.run.threads >= 1, "config key run.threads must be >= 1")
-    need(cfg.run.log_every >= 1, "config key run.log_every must be >= 1")
+        _need(0 <= beta < 1, f"config key {key} must be in [0, 1) (Adam's decay rate), got "
+                             f"{beta:g}")
+
+
+def _check_run_and_retrain(cfg: Config) -> None:
+    """``run`` and ``retrain``: threads, logging, epochs and the retrain's regularisation."""
+    _need(cfg.run.threads is None or cfg.run.threads >= 1, "config key run.threads must be >= 1")
+    _need(cfg.run.log_every >= 1, "config key run.log_every must be >= 1")
     r = cfg.retrain
-    need(r.epochs >= 1, "config key retrain.epochs must be at least 1")
-    need(r.warmup_epochs >= 0, "config key retrain.warmup_epochs must be >= 0")
-    need(0 <= r.label_smoothing < 1, "config key retrain.label_smoothing must be in [0, 1)")
-    need(0 <= r.dropout < 1, "config key retrain.dropout must be in [0, 1)")
-    need(r.clip_grad_norm >= 0, "config key retrain.clip_grad_norm must be >= 0 (0 turns "
-                                "clipping off)")
-    return cfg
+    _need(r.epochs >= 1, "config key retrain.epochs must be at least 1")
+    _need(r.warmup_epochs >= 0, "config key retrain.warmup_epochs must be >= 0")
+    _need(0 <= r.label_smoothing < 1, "config key retrain.label_smoothing must be in [0, 1)")
+    _need(0 <= r.dropout < 1, "config key retrain.dropout must be in [0, 1)")
+    _need(r.clip_grad_norm >= 0, "config key retrain.clip_grad_norm must be >= 0 (0 turns "
+                                 "clipping off)")
 
 
 def from_dict(values: dict) -> Config:

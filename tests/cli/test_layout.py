@@ -147,6 +147,13 @@ def long_functions(path: Path, limit: int) -> list[str]:
     return found
 
 
+def test_no_function_in_the_package_runs_over_80_lines():
+    """A function that long does several jobs; split it into helpers named for them."""
+    long = [f for path in sorted(PACKAGE.rglob("*.py"))
+            for f in long_functions(path, MAX_FUNCTION_LINES)]
+    assert not long, long
+
+
 def test_the_command_line_is_short_and_its_commands_thin():
     """cli.py parses, calls the library and prints: logic there belongs to the module that
     owns it, where the command functions and the tests reach it without click."""
