@@ -6,30 +6,40 @@ Two modes:
 
 ``stream``: image folders streamed by worker processes, at 224 px (``--size``):
 
-1. writes ImageNet-like folders (JPEG, 500x375, 10 classes, upscaled from the CIFAR-10
-   subset with noise) of ``--images`` training images each under ``--work``, once;
+1. writes ImageNet-like folders (JPEG, 500x375 or ``--jpeg W H``, 10 classes, upscaled from
+   the CIFAR-10 subset with noise) of ``--images`` training images each under ``--work``, once;
 2. StreamLoader train-mode throughput with 0, 1 and 2 workers (batch ``--batch``): seconds
    per batch, images/s, and the peak resident memory of the process and its workers;
 3. one hard-mode step (forward, loss, backward, SGD) of the fast supernet at the same
    batch and size, for the ``tiny`` space at 224 px and for ``fbnet_imagenet100``, so the
    data's seconds per batch can be set against the step's (1 thread each);
 4. peak resident memory of a 1-epoch hard-mode ``fbnas train`` of the tiny space at 224 px
-   on each folder size, streamed (2 workers) and decoded into memory, as separate processes.
+   on each folder size, for each ``--loaders`` (``data.loader`` stream, memory, or auto, the
+   default choice; 2 workers), as separate processes: the trainer's peak and its largest
+   worker's, and how each grows from the smallest folder to the largest. Rows are appended
+   to ``--results`` (bench/results/data.jsonl) with the CPU and date.
    Evaluation batches are the training batch's size: with the default 256, a folder whose
    held-out part is smaller than 256 images evaluates in smaller batches, and the peak
    would grow with the folder up to that size for a reason that is not the data's.
 
 ``--parts`` picks steps 2, 3 and 4 (throughput, step, memory); the folders are always made.
 
+``report``: measures nothing; prints the memory rows of --results as a table, with the growth
+of each loader's peaks from its smallest folder to its largest.
+
 Examples:
     python bench/bench_data.py --data-dir ../shared/data/cifar10-subset
     python bench/bench_data.py --mode stream --data-dir ../shared/data/cifar10-subset \\
         --work /tmp/fbnas_stream --images 1000 8000
+    python bench/bench_data.py --mode stream --data-dir ../shared/data/cifar10-subset \
+        --parts memory --loaders stream auto --jpeg 64 48 --images 1000 8000 64000
+    python bench/bench_data.py --mode report
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -84,8 +94,9 @@ def cifar_mode(args) -> None:
 
 # ----------------------------------------------------------------------------- stream mode
 
-def make_folder(root: Path, source, n: int) -> Path:
-    """``n`` training and n // 10 test JPEGs of 500x375 in 10 class folders, once."""
+def make_folder(root: Path, source, n: int, side: tuple[int, int] = (500, 375)) -> Path:
+    """``n`` training and n // 10 test JPEGs of ``side`` (width, height) in 10 class
+    folders, once."""
     from PIL import Image
 
     done = root / ".complete"
@@ -99,7 +110,7 @@ def make_folder(root: Path, source, n: int) -> Path:
             folder = root / split / source.classes[c]
             folder.mkdir(parents=True, exist_ok=True)
             small = Image.fromarray(source.train_images[i].permute(1, 2, 0).numpy())
-            big = np.asarray(small.resize((500, 375), Image.Resampling.BILINEAR), np.int16)
+            big = np.asarray(small.resize(side, Image.Resampling.BILINEAR), np.int16)
             big = np.clip(big + rng.integers(-12, 13, big.shape), 0, 255).astype(np.uint8)
             Image.fromarray(big).save(folder / f"{k:06d}.jpg", quality=90)
     done.write_text("")
@@ -107,12 +118,12 @@ def make_folder(root: Path, source, n: int) -> Path:
 
 
 class TreeMemory:
-    """Peak resident memory (MB) of a process and of it plus its children, sampled from /proc
-    every 50 ms in a thread (the children's pages shared with the parent after fork are
-    counted twice in the sum, so the sum is an upper bound)."""
+    """Peak resident memory (MB) of a process, of its largest child (a worker) and of it plus
+    its children, sampled from /proc every 50 ms in a thread (the children's pages shared
+    with the parent after fork are counted twice in the sum, so the sum is an upper bound)."""
 
     def __init__(self, pid: int):
-        self.pid, self.main, self.tree = pid, 0.0, 0.0
+        self.pid, self.main, self.worker, self.tree = pid, 0.0, 0.0, 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -150,8 +161,10 @@ class TreeMemory:
     def _run(self) -> None:
         while not self._stop.is_set():
             main = self._rss(self.pid)
+            kids = [self._rss(c) for c in self._children()]
             self.main = max(self.main, main)
-            self.tree = max(self.tree, main + sum(self._rss(c) for c in self._children()))
+            self.worker = max([self.worker, *kids])
+            self.tree = max(self.tree, main + sum(kids))
             self._stop.wait(0.05)
 
 
@@ -213,7 +226,7 @@ def train_memory(folder: Path, space: Path, lut: Path, loader: str, out: Path, b
         log, _ = proc.communicate()
     if proc.returncode:
         sys.exit(f"fbnas train failed:\n{log}")
-    return {"peak_main_mb": mem.main, "peak_tree_mb": mem.tree,
+    return {"peak_main_mb": mem.main, "peak_worker_mb": mem.worker, "peak_tree_mb": mem.tree,
             "seconds": time.perf_counter() - t0,
             "data_line": next((ln for ln in log.splitlines() if "data: " in ln), "")}
 
@@ -223,9 +236,11 @@ def stream_mode(args) -> None:
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     source = load_cifar10(args.data_dir)
-    folders = {n: make_folder(work / f"folder{n}", source, n) for n in args.images}
+    w, h = args.jpeg
+    tag = "" if (w, h) == (500, 375) else f"_{w}x{h}"  # the first folders' names stay
+    folders = {n: make_folder(work / f"folder{n}{tag}", source, n, (w, h)) for n in args.images}
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; folders "
-          + ", ".join(f"{n} images" for n in folders) + f" of 500x375 JPEG under {work}")
+          + ", ".join(f"{n} images" for n in folders) + f" of {w}x{h} JPEG under {work}")
     big = folders[max(folders)]
     if "throughput" in args.parts:
         throughput(args, big)
@@ -278,6 +293,7 @@ def step_times(args, work: Path) -> None:
 def memory(args, work: Path, folders: dict) -> None:
     from fbnas.io import write_json
     from fbnas.latency.lut import profile_space
+    from fbnas.machine import cpu_identity, cpu_model
 
     space = work / "tiny224.yaml"
     space.write_text(TINY_224)
@@ -288,24 +304,72 @@ def memory(args, work: Path, folders: dict) -> None:
         write_json(lut, profile_space(load_space(str(space)), rounds=2, extra_rounds=0,
                                       block_time=0.001, runtime="eager"))
     print("\n1-epoch hard-mode search of tiny at 224 px (fbnas train, 1 thread), peak memory:")
-    print(f"{'images':>8}{'loader':>8}{'peak MB (main)':>16}{'(+ workers)':>13}{'wall s':>8}")
-    peaks = {}
+    rows = []
     for loader in args.loaders:
         for n, folder in folders.items():
             r = train_memory(folder, space, lut, loader, work / f"run_{loader}_{n}", args.batch)
-            peaks[loader, n] = r["peak_main_mb"]
-            print(f"{n:>8}{loader:>8}{r['peak_main_mb']:>16.0f}{r['peak_tree_mb']:>13.0f}"
-                  f"{r['seconds']:>8.0f}")
-    lo, hi = min(folders), max(folders)
-    for loader in args.loaders:
-        print(f"{loader}: the main process's peak grows by "
-              f"{peaks[loader, hi] - peaks[loader, lo]:.0f} MB from {lo} to {hi} images")
+            row = {"date": time.strftime("%Y-%m-%d"), "cpu": cpu_model(), "cpu_id": cpu_identity(),
+                   "torch": torch.__version__, "what": "train memory", "loader": loader,
+                   "images": n, "jpeg": list(args.jpeg), "size": args.size,
+                   "batch": args.batch, "peak_main_mb": round(r["peak_main_mb"]),
+                   "peak_worker_mb": round(r["peak_worker_mb"]),
+                   "seconds": round(r["seconds"]), "data_line": r["data_line"]}
+            rows.append(row)
+            with open(args.results, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"  {loader} {n} images: trainer {row['peak_main_mb']} MB, largest worker "
+                  f"{row['peak_worker_mb']} MB, {row['seconds']} s", flush=True)
+    print()
+    print(memory_table(rows))
+
+
+def memory_table(rows: list[dict]) -> str:
+    """Markdown: each loader's peaks by folder size, and their growth from the smallest
+    folder to the largest (the slope the streaming loader must keep near zero)."""
+    out = ["| data.loader | images | trainer peak MB | largest worker peak MB | seconds |",
+           "|---|---:|---:|---:|---:|"]
+    growth = []
+    for loader in dict.fromkeys(r["loader"] for r in rows):
+        mine = sorted((r for r in rows if r["loader"] == loader), key=lambda r: r["images"])
+        for r in mine:
+            out.append(f"| {loader} | {r['images']:,} | {r['peak_main_mb']:,} | "
+                       f"{r['peak_worker_mb']:,} | {r['seconds']:,} |")
+        lo, hi = mine[0], mine[-1]
+        if hi["images"] > lo["images"]:
+            growth.append(f"{loader}: from {lo['images']:,} to {hi['images']:,} images the "
+                          f"trainer's peak grows by {hi['peak_main_mb'] - lo['peak_main_mb']:+,} "
+                          f"MB, the largest worker's by "
+                          f"{hi['peak_worker_mb'] - lo['peak_worker_mb']:+,} MB")
+    return "\n".join(out + [""] + growth)
+
+
+def report(args) -> None:
+    """Print the newest date's memory rows of --results (one CPU) as a table."""
+    try:
+        rows = [json.loads(ln) for ln in Path(args.results).read_text().splitlines() if ln]
+    except OSError as e:
+        raise SystemExit(f"report: cannot read {args.results}: {e.strerror}")
+    rows = [r for r in rows if r.get("what") == "train memory"]
+    if not rows:
+        raise SystemExit(f"report: no memory rows in {args.results}; run --parts memory first")
+    date = args.date or max(r["date"] for r in rows)
+    rows = [r for r in rows if r["date"] == date]
+    if not rows:
+        raise SystemExit(f"report: no memory rows of {date} in {args.results}")
+    newest = {}
+    for r in rows:  # a repeated (loader, images) keeps its newest row
+        newest[r["loader"], r["images"]] = r
+    rows = list(newest.values())
+    first = rows[0]
+    print(f"measured {date} on {first['cpu']}, tiny at {first['size']} px, batch "
+          f"{first['batch']}, JPEGs of {first['jpeg'][0]}x{first['jpeg'][1]}\n")
+    print(memory_table(rows))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mode", choices=["cifar", "stream"], default="cifar")
-    ap.add_argument("--data-dir", required=True, help="folder holding cifar-10-batches-py/")
+    ap.add_argument("--mode", choices=["cifar", "stream", "report"], default="cifar")
+    ap.add_argument("--data-dir", help="folder holding cifar-10-batches-py/")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1, help="cifar mode's torch threads")
     ap.add_argument("--epochs", type=int, default=5, help="cifar: timed epochs after a warm-up")
@@ -313,6 +377,9 @@ def main() -> None:
                     help="stream: folder for the generated images and runs")
     ap.add_argument("--images", type=int, nargs="+", default=[1000, 8000],
                     help="stream: training images of each generated folder")
+    ap.add_argument("--jpeg", type=int, nargs=2, default=[500, 375], metavar=("W", "H"),
+                    help="stream: width and height of the generated JPEGs (small ones are "
+                         "upscaled by the loader, and are quicker to make and decode)")
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--batches", type=int, default=10, help="stream: timed batches")
@@ -320,8 +387,16 @@ def main() -> None:
     ap.add_argument("--parts", nargs="+", default=["throughput", "step", "memory"],
                     choices=["throughput", "step", "memory"], help="stream: what to measure")
     ap.add_argument("--loaders", nargs="+", default=["stream", "memory"],
-                    choices=["stream", "memory"], help="stream: the searches' data.loader")
+                    choices=["stream", "memory", "auto"], help="stream: the searches' data.loader")
+    ap.add_argument("--results", default="bench/results/data.jsonl",
+                    help="memory rows are appended here; report reads them")
+    ap.add_argument("--date", help="report: the rows of this date (default: the newest)")
     args = ap.parse_args()
+    if args.mode == "report":
+        report(args)
+        return
+    if not args.data_dir:
+        ap.error("--data-dir is required for the cifar and stream modes")
     (stream_mode if args.mode == "stream" else cifar_mode)(args)
 
 

@@ -41,6 +41,8 @@ _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 # the free memory at the heap's top that glibc hands back to the kernel: 1 GiB, more than a
 # step of the bundled spaces' networks allocates, so that a step's tensors stay in the heap
 _TRIM_BYTES = 1 << 30
+# glibc's own defaults, which a process that stops keeping freed memory goes back to
+_DEFAULT_MMAP_MAX, _DEFAULT_TRIM_BYTES = 65536, 128 * 1024
 
 
 @lru_cache(maxsize=1)
@@ -113,9 +115,10 @@ def native_bf16() -> bool:
     return any(flag in cpu_flags() for flag in BF16_FLAGS)
 
 
-def keep_freed_memory() -> bool:
+def keep_freed_memory(keep: bool = True) -> bool:
     """Serve every allocation from the process heap and keep what is freed there for the
-    next step (glibc's malloc on Linux); True where that was set, False elsewhere.
+    next step (glibc's malloc on Linux); True where that was set, False elsewhere. With
+    ``keep`` False, go back to glibc's defaults (large blocks mapped apart and returned).
 
     Why: glibc gives each allocation of more than 32 MB (and, as its threshold moves, many
     smaller ones) its own fresh pages and returns them to the kernel when freed. A training
@@ -124,7 +127,11 @@ def keep_freed_memory() -> bool:
     each step runs in the kernel. From the heap the same step faults almost never and runs
     faster (docs/retrain.md). The cost is memory:
     the process keeps its peak allocation for the rest of the run instead of shrinking
-    between steps. Results are unchanged (``run.keep_freed_memory``, docs/retrain.md)."""
+    between steps. Results are unchanged (``run.keep_freed_memory``, docs/retrain.md).
+
+    Not for streamed data: there each batch arrives from a worker process between the step's
+    allocations, and the heap, which never shrinks, fragments and grows with every batch, so
+    a run's memory grew with the size of its data set (``fbnas.runs.loaders``)."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -132,7 +139,8 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_BYTES))
+    mmap_max, trim = (0, _TRIM_BYTES) if keep else (_DEFAULT_MMAP_MAX, _DEFAULT_TRIM_BYTES)
+    return bool(mallopt(_M_MMAP_MAX, mmap_max)) and bool(mallopt(_M_TRIM_THRESHOLD, trim))
 
 
 def busy_warning(threads: int | None, what: str) -> str | None:

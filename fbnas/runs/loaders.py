@@ -27,6 +27,7 @@ from fbnas.data.folders import read_class_list, scan_folder, shown
 from fbnas.data.memory import load_image_folder
 from fbnas.data.splits import make_splits
 from fbnas.errors import FbnasError, UsageError
+from fbnas.machine import keep_freed_memory
 from fbnas.runs.dist import DistInfo
 
 
@@ -81,6 +82,10 @@ def open_dataset(cfg: Config, resolution: int, world_size: int = 1) -> Dataset:
         return data
     from fbnas.data.stream import check_decodes, sample_stats
 
+    if cfg.run.keep_freed_memory:
+        # batches from the workers would fragment a heap that never shrinks: memory would
+        # grow with every batch, and so with the data set, which streaming exists to avoid
+        keep_freed_memory(False)
     workers = d.workers if d.workers >= 0 else default_workers(world_size)
     check_decodes(index, workers, d.skip_bad)
     images = len(index.train) + (len(index.test) if index.test else 0)  # those that decode

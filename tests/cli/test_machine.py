@@ -32,7 +32,9 @@ def test_bf16_warning_only_where_the_cpu_emulates_it(monkeypatch):
 _FAULTS = """
 import resource, sys, torch
 from fbnas.machine import keep_freed_memory
-kept = sys.argv[1] == "keep" and keep_freed_memory()
+kept = sys.argv[1] in ("keep", "released") and keep_freed_memory()
+if sys.argv[1] == "released":  # kept, then given back (as a run does when it streams)
+    kept = not keep_freed_memory(False)
 for _ in range(8):  # warm-up steps: 64 MB, above glibc's largest threshold for fresh pages
     torch.empty(16 << 20).fill_(1.0)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -60,6 +62,14 @@ def test_kept_memory_is_reused_without_page_faults():
     assert (kept, default) == ("True", "False")  # Linux with glibc, as CI runs
     assert default_faults > 5 * 16_000 * 0.9
     assert faults < 1_000
+
+
+def test_released_memory_goes_back_to_glibcs_defaults():
+    """A process that stops keeping freed memory gets large blocks mapped apart again, as
+    by default: each is returned when freed, so a heap can no longer grow by fragments."""
+    kept, faults = _faults("released")
+    assert kept == "False"
+    assert faults > 5 * 16_000 * 0.9
 
 
 _CPUINFO = """processor\t: 0

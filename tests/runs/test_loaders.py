@@ -107,6 +107,21 @@ def test_a_folder_too_big_for_memory_is_streamed_with_the_same_labels(config):
     assert not forced.streamed and "(data.loader: memory)" in forced.how
 
 
+def test_a_streamed_run_stops_keeping_freed_memory(config, monkeypatch):
+    """Batches from worker processes fragment a heap that never shrinks (run.keep_freed_memory),
+    so a run's memory grew with its data set: a streamed run gives the heap back to glibc's
+    defaults, an in-memory one keeps it, and a run that asked for the defaults is left so."""
+    calls = []
+    monkeypatch.setattr(loaders, "keep_freed_memory", lambda keep=True: calls.append(keep))
+    open_dataset(config("data.loader=memory"), 8)
+    assert calls == []
+    open_dataset(config("data.loader=stream", "data.workers=0"), 8)
+    assert calls == [False]
+    open_dataset(config("data.loader=stream", "data.workers=0", "run.keep_freed_memory=false"),
+                 8)
+    assert calls == [False]
+
+
 def test_default_workers_share_the_cores_among_processes(monkeypatch):
     monkeypatch.setattr(loaders.os, "sched_getaffinity", lambda pid: set(range(16)),
                         raising=False)
