@@ -680,12 +680,13 @@ _REMOVED = {
                                         "docs/search.md, Loss, says why it went"),
     ("search", "weight_sampling"): ("theta", "weight steps on uniformly drawn networks found "
                                              "worse networks than on theta's samples; "
-                                             "docs/results.md"),
+                                             "docs/notebook/removed-switches.md"),
     ("search", "theta_gradient"): ("all", "a hard theta step running only the sampled "
                                           "candidate moves theta by the latency term alone; "
                                           "docs/search.md, Supernet"),
     ("loss", "multiplier_pace"): ("fixed", "the multiplier at theta's pace found worse networks "
-                                           "than at the fixed pace; docs/results.md"),
+                                           "than at the fixed pace; "
+                                           "docs/notebook/removed-switches.md"),
 }
 
 # values that earlier versions wrote into run configs under another name: (section, key) ->

@@ -14,8 +14,8 @@ as ``nn.Conv2d``; results equal up to float rounding (the batch sum runs in anot
 
 Elsewhere (3x3 kernels and strided 5x5 ones on maps at least as large as the kernel, where
 the form below is no faster; devices other than the CPU; no gradient needed; bf16 autocast)
-the module is a plain ``nn.Conv2d``. Evidence (``bench/bench_depthwise.py``): docs/results.md,
-"Depthwise weight gradients of 5x5 kernels".
+the module is a plain ``nn.Conv2d``. Evidence (``bench/bench_depthwise.py``):
+docs/notebook/training-speed.md.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ did not clearly beat it. The prior matters as much as the score: NASWOT alone ov
 window crowns networks of a few wide early blocks and skips, far from the best. That is one
 space, where NASWOT ranks networks unusually well; nothing says how well it ranks another
 space's, so ``fbnas train`` stays the method. Evidence: docs/results.md, "Training-free
-picks" and "The long check at nine budgets".
+picks" and "The long check against the 8-network check".
 """
 
 from __future__ import annotations
