@@ -147,8 +147,10 @@ class TemperatureConfig:
 @dataclass
 class SearchConfig:
     epochs: int = _key(90, "search epochs (--epochs)")
-    warmup_epochs: Optional[int] = _key(None, "first epochs that train the weights only; "
-                                              "null: 10% of search.epochs")
+    warmup_epochs: Optional[float] = _key(None, "first epochs that train the weights only: a "
+                                                "whole number, or a share of search.epochs "
+                                                "below 1 (0.5: the first half, rounded down); "
+                                                "null: 10% of search.epochs")
     mode: str = _choices("soft", "hard", default="soft",
                          doc="soft: every candidate of a layer runs, mixed by Gumbel-softmax "
                              "weights; hard: one drawn candidate runs (--mode)")
@@ -354,8 +356,12 @@ class Config:
 
     @property
     def warmup_epochs(self) -> int:
-        w = self.search.warmup_epochs
-        return int(round(0.1 * self.search.epochs)) if w is None else w
+        """The weights-only epochs as a count. A share keeps a recipe's proportions when a
+        user shortens it with --epochs (the budget recipe's half of 8 is 4, of 1 is 0)."""
+        w, epochs = self.search.warmup_epochs, self.search.epochs
+        if w is None:
+            return int(round(0.1 * epochs))
+        return int(w * epochs) if 0 < w < 1 else int(w)
 
 
 def _hints(cls) -> dict:
@@ -583,7 +589,10 @@ def _check_search(cfg: Config) -> None:
     _need(s.evaluate_every >= 1, "config key search.evaluate_every must be at least 1 (1 "
                                  "scores every epoch; the last epoch is always scored)")
     _need(s.epochs >= 1, "config key search.epochs must be at least 1")
-    _need(cfg.warmup_epochs >= 0, "config key search.warmup_epochs must be >= 0")
+    w = s.warmup_epochs
+    _need(w is None or (w >= 0 and (w < 1 or w == int(w))),
+          "config key search.warmup_epochs must be a whole number of epochs, or a share of "
+          "search.epochs from 0 to 1 (0.5: the first half)")
     # the paper's share (what an unset search.warmup_epochs means) is always below the epochs
     _need(cfg.warmup_epochs <= s.epochs,
           f"search.epochs ({s.epochs}, --epochs) is below search.warmup_epochs "

@@ -25,6 +25,15 @@ def test_file_then_overrides(tmp_path):
     assert cfg.warmup_epochs == 0  # round(0.4)
 
 
+def test_a_share_of_weights_only_epochs_follows_a_shortened_search():
+    # the budget recipe trains the weights alone for the first half of its epochs: 4 of 8,
+    # and none of 1, so that --epochs 1 runs it rather than leaving theta untrained
+    assert load_config("budget", ["loss.target_ms=1"]).warmup_epochs == 4
+    assert load_config("budget", ["loss.target_ms=1", "search.epochs=1"]).warmup_epochs == 0
+    assert load_config("budget", ["loss.target_ms=1", "search.epochs=5"]).warmup_epochs == 2
+    assert load_config(None, ["search.warmup_epochs=3", "search.epochs=5"]).warmup_epochs == 3
+
+
 @pytest.mark.parametrize("override,message", [
     ("optim.weights.lrr=0.1", "unknown config key optim.weights.lrr"),
     ("search.epochs=ten", "search.epochs must be an integer"),
@@ -32,6 +41,8 @@ def test_file_then_overrides(tmp_path):
     ("data.augment=3", "data.augment must be true or false"),
     ("loss.form=target", "loss.target_ms"),
     ("search.warmup_epochs=200", "warmup_epochs"),
+    ("search.warmup_epochs=2.5", "a whole number of epochs, or a share of search.epochs"),
+    ("search.warmup_epochs=-1", "a whole number of epochs, or a share of search.epochs"),
     ("novalue", "expected key=value"),
     ("search.theta_paths=0", "search.theta_paths must be from 1 to 64"),
     ("search.theta_steps=0", "search.theta_steps must be from 1 to 64"),
@@ -159,7 +170,7 @@ def test_the_bundled_budget_recipe_is_the_measured_one_for_any_space():
     # budget or threads, so that it runs with any space (docs/search.md, The budget recipe)
     budget = load_config("budget", ["loss.target_ms=1.5"])  # a budget it leaves to the user
     assert changed(budget, load_config()) == {"loss.target_ms": 1.5,
-        "search.epochs": 8, "search.warmup_epochs": 4, "search.mode": "hard",
+        "search.epochs": 8, "search.warmup_epochs": 0.5, "search.mode": "hard",
         "search.alternation": "step", "search.final_theta_steps": 16,
         "search.evaluate_every": 4, "search.theta_estimator": "reinforce", "search.rerank": 64,
         "search.rerank_by": "naswot_and_theta", "loss.form": "target",
