@@ -23,6 +23,11 @@ NASWOT over its --rerank most probable networks, default 256, by --rerank-by, de
 naswot_and_theta) at each budget and seed; a pick is the cost-only control decided by its own
 check, so its row's control is the pick itself. Minutes, not hours: nothing is trained.
 
+sweep (macro_sweep.py): the recipe judged after it was chosen: a search at every 5th
+percentile of the latencies (5th to 95th) with --seeds-per-budget seeds drawn afresh, each row
+(protocol "sweep") also holding fbnas pick's network, the window's most-MACs network and 20
+random networks of the window; ``report --protocol sweep`` prints its tables.
+
 report (macro_report.py): the table of --results (with --by-budget, one line per budget
 instead of one per search), a summary per recipe with when and on which CPU model it was
 searched, what rules that need no search (most MACs within the budget, slowest within it;
@@ -36,6 +41,7 @@ on another CPU model, so --cpu keeps the rows of one; --recipe keeps one recipe'
     python bench/bench_macro.py search --quantiles 0.2 0.4 0.6 0.8 --seeds 0 1 2
     python bench/bench_macro.py search --target-ms 1.8 --seeds 0 --rank 50
     python bench/bench_macro.py pick --quantiles 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9
+    python bench/bench_macro.py sweep --jobs 2 --seeds-per-budget 2
     python bench/bench_macro.py report --png bench/results/macro.png
     python bench/bench_macro.py report --paired "RECIPE A" "RECIPE B" --seeds 26 27 28
 """
@@ -69,8 +75,12 @@ from groundtruth import all_keys, judge, key_of, latency_quantile, load_truth, o
 from macro_paired import report_paired  # noqa: E402
 from macro_report import (by_budget, draw, headroom, print_table, provenance,  # noqa: E402
                           simple_rules, summary, tau)
+from macro_sweep import (beside, recorded_seeds, report_sweep, sweep_plan,  # noqa: E402
+                         sweep_quantiles)
 
 TRUTH = "../shared/data/nas-bench-macro"
+#: search's and pick's budgets where --quantiles names none (sweep has its own)
+DEFAULT_QUANTILES = (0.2, 0.4, 0.6, 0.8)
 
 
 def space_latencies(lut, layers: int) -> dict[str, float]:
@@ -82,7 +92,8 @@ def budgets(args, lat: dict[str, float]) -> list[tuple[float | None, float]]:
     """(quantile or None, budget in ms, rounded to the microsecond) for each budget asked."""
     if args.target_ms:
         return [(None, t) for t in args.target_ms]
-    return [(q, round(latency_quantile(lat, q) / 1000, 3)) for q in args.quantiles]
+    return [(q, round(latency_quantile(lat, q) / 1000, 3))
+            for q in args.quantiles or DEFAULT_QUANTILES]
 
 
 def finished_search(run_dir: Path):
@@ -360,18 +371,50 @@ def setting(args) -> tuple:
 def search(args) -> None:
     space, lut, truth, lat, naswot = setting(args)
     todo = [(q, b, seed) for q, b in budgets(args, lat) for seed in args.seeds or [0, 1, 2]]
-    if args.jobs > 1:  # searches side by side, each with its share of the threads
+    run_all(args, search_one, todo, truth, lut, space, lat, naswot)
+
+
+def run_all(args, one, todo: list[tuple], *shared) -> None:
+    """``one(args, *shared, *t)`` for each ``t`` of ``todo``, --jobs at a time (side by side,
+    each with its share of --threads), each row appended as soon as its search finishes: a
+    run stopped halfway keeps the rows it made."""
+    if args.jobs > 1:
         import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures import ProcessPoolExecutor, as_completed
 
         args.threads = max(1, args.threads // args.jobs)
         with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
-            futures = [ex.submit(search_one, args, truth, lut, space, lat, naswot, *t)
-                       for t in todo]
-            rows = (f.result() for f in futures)
-            append_rows(args, rows)
+            futures = [ex.submit(one, args, *shared, *t) for t in todo]
+            append_rows(args, (f.result() for f in as_completed(futures)))
     else:
-        append_rows(args, (search_one(args, truth, lut, space, lat, naswot, *t) for t in todo))
+        append_rows(args, (one(args, *shared, *t) for t in todo))
+
+
+def sweep_one(args, truth, lut, space, lat, naswot, quantile, budget_ms: float, seed: int,
+              started: str) -> dict:
+    """One search of the sweep (search_one) and, at its budget and seed, fbnas pick's network
+    (pick_one), the window's most-MACs network and random networks (macro_sweep.beside)."""
+    row = search_one(args, truth, lut, space, lat, naswot, quantile, budget_ms, seed)
+    picked = pick_one(args, truth, lut, space, lat, naswot, quantile, budget_ms, seed)
+    return {**row, "protocol": "sweep", "sweep_started": started, "pick_key": picked["found"],
+            "pick_minutes": picked["wall_minutes"], **beside(row, lut, lat)}
+
+
+def sweep(args) -> None:
+    """The sweep (macro_sweep.py): a search at each budget of the sweep's quantiles with
+    --seeds-per-budget fresh seeds, each row recording the rules that need no training."""
+    if args.target_ms or args.seeds:
+        raise SystemExit("sweep: budgets are the sweep's quantiles and seeds are drawn afresh; "
+                         "drop --target-ms and --seeds (narrow it with --quantiles)")
+    if args.seeds_per_budget < 1:
+        raise SystemExit("sweep: --seeds-per-budget must be at least 1")
+    args.quantiles = sweep_quantiles(args.quantiles)
+    space, lut, truth, lat, naswot = setting(args)
+    todo = sweep_plan(budgets(args, lat), args.seeds_per_budget,
+                      recorded_seeds(Path(args.results)))
+    started = time.strftime("%Y-%m-%dT%H:%M:%S")
+    print(f"sweep: {len(todo)} searches, seeds {' '.join(str(t[2]) for t in todo)}", flush=True)
+    run_all(args, sweep_one, [(*t, started) for t in todo], truth, lut, space, lat, naswot)
 
 
 def pick_one(args, truth, lut, space, lat, naswot, quantile, budget_ms: float,
@@ -469,12 +512,21 @@ def report(args) -> None:
         rows = [r for r in rows if r["seed"] in args.seeds]
     if args.cpu is not None:  # seeds give other searches on another CPU model: compare alike
         rows = [r for r in rows if args.cpu.lower() in (r.get("cpu") or "").lower()]
+    # the sweep's rows (--protocol sweep) apart from those the recipes were chosen on
+    rows = [r for r in rows if r.get("protocol") == args.protocol]
     if args.paired:  # two recipes, search by search: macro_paired.py
         report_paired(rows, *args.paired)
         return
     if args.recipe is not None:  # one recipe's rows alone, as the README's table and picture
         rows = [r for r in rows if r["recipe"] == args.recipe]
     _, lut, truth, lat, naswot = setting(args)
+    if args.protocol == "sweep":
+        if not rows:
+            raise SystemExit("report --protocol sweep: no sweep rows (as kept by --recipe, "
+                             "--seeds and --cpu); run bench_macro.py sweep first")
+        report_sweep(rows, truth)
+        provenance(rows)
+        return
     if args.rerank_by:  # each recorded check decided again by the other rule, beside it
         rows += [r for r in (redecided(r, args.rerank_by, truth, lut, lat, naswot)
                              for r in rows) if r]
@@ -498,14 +550,21 @@ def report(args) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["search", "score", "pick", "report"])
+    ap.add_argument("mode", choices=["search", "score", "pick", "sweep", "report"])
     ap.add_argument("runs", nargs="*", help="score: finished search run directories")
     ap.add_argument("--config", default="configs/macro.yaml")
     ap.add_argument("--set", action="append", default=[], help="extra config key=value")
     ap.add_argument("--recipe", default=None, help="search: a name for the settings --set "
                     "makes (default: named from the config settings that decide the search); "
                     "report: keep only the rows of this recipe")
-    ap.add_argument("--quantiles", type=float, nargs="+", default=[0.2, 0.4, 0.6, 0.8])
+    ap.add_argument("--quantiles", type=float, nargs="+", default=None,
+                    help="budgets at these quantiles of the space's predicted latencies "
+                         "(default 0.2 0.4 0.6 0.8; sweep: 0.05 to 0.95 by 0.05, or a part)")
+    ap.add_argument("--seeds-per-budget", type=int, default=2,
+                    help="sweep: searches at each budget, each with a freshly drawn seed")
+    ap.add_argument("--protocol", choices=["sweep"], default=None,
+                    help="report: the sweep's rows and tables (default: the other rows, "
+                         "those the recipes were chosen on)")
     ap.add_argument("--target-ms", type=float, nargs="+", default=None,
                     help="budgets in ms, instead of --quantiles")
     ap.add_argument("--seeds", type=int, nargs="+", default=None,
@@ -546,7 +605,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="report: also score every network spending 90 to 100%% of each budget "
                          "by NASWOT and look the best one up (a search with no training)")
     args = ap.parse_args(argv)
-    {"search": search, "score": score, "pick": picks, "report": report}[args.mode](args)
+    {"search": search, "score": score, "pick": picks, "sweep": sweep,
+     "report": report}[args.mode](args)
 
 
 if __name__ == "__main__":
