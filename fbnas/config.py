@@ -331,7 +331,8 @@ class RunConfig:
     # steps stop paying page faults for their large tensors, the process keeps its peak
     # memory; results are unchanged (fbnas.machine.keep_freed_memory)
     keep_freed_memory: bool = _key(True, "keep freed memory in the process heap for the next "
-                                         "step instead of returning it to the kernel")
+                                         "step instead of returning it to the kernel (off "
+                                         "while a run streams its images)")
 
 
 @dataclass
