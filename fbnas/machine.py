@@ -125,13 +125,12 @@ def keep_freed_memory(keep: bool = True) -> bool:
     step allocates the same large tensors again every step (batch 64 at 144 channels of
     32x32 is 38 MB), and each comes back as page faults on zeroed pages, so a large share of
     each step runs in the kernel. From the heap the same step faults almost never and runs
-    faster (docs/retrain.md). The cost is memory:
-    the process keeps its peak allocation for the rest of the run instead of shrinking
+    faster (docs/retrain.md). The cost is memory: the process keeps its peak allocation for the rest of the run instead of shrinking
     between steps. Results are unchanged (``run.keep_freed_memory``, docs/retrain.md).
 
     Not for streamed data: there each batch arrives from a worker process between the step's
     allocations, and the heap, which never shrinks, fragments and grows with every batch, so
-    a run's memory grew with the size of its data set (``fbnas.runs.loaders``)."""
+    a run's memory would grow with its data set (``fbnas.runs.loaders`` turns it off)."""
     if not sys.platform.startswith("linux"):
         return False
     try:
