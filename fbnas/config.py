@@ -73,6 +73,15 @@ SHORTLISTED_RULES = {"naswot_and_theta_then_top1": ("naswot_and_theta", 8)}
 #: rules that sum weighted z-scores instead of ranks: rule -> {figure: weight}; theta's
 #: weight is the one that came closest to the best network (docs/results.md)
 WEIGHTED_RULES = {"naswot_and_theta": {"naswot": 1.0, "theta": 0.25}}
+#: how messages name each figure ("best NASWOT and theta of the 64 most probable")
+FIGURE_NAMES = {"top1": "one-shot", "macs": "MACs", "naswot": "NASWOT", "theta": "theta"}
+
+
+def rule_label(rule: str) -> str:
+    """A rule's figures as messages name them, e.g. "one-shot and MACs"."""
+    return " and ".join(FIGURE_NAMES[f] for f in RERANK_RULES[rule])
+
+
 #: the rules that score every checked network one-shot, a pass over the val split each, so a
 #: config may check fewer networks with them than with the others
 ONE_SHOT_RULES = tuple(rule for rule, figures in RERANK_RULES.items()

@@ -13,6 +13,7 @@ MAC)".
 from __future__ import annotations
 
 from fbnas.arch.definition import layer_rows
+from fbnas.config import RERANK_RULES, rule_label
 from fbnas.latency.matching import match_lut, row_latencies
 from fbnas.latency.measure import layer_stats
 
@@ -94,12 +95,12 @@ def format_entry(entry: dict, lut=None) -> str:
         what = "the most probable architecture"
         if method == "one_shot_rerank":
             rank, of = how.get("rank"), how.get("of")
-            best = ("the best by one-shot top-1 and MACs ranks" if how.get("by") ==
-                    "top1_and_macs" else "the best one-shot")
-            what = (f"{best} (the search's last-epoch check) of the {of} most "
-                    f"probable architectures, #{rank + 1} of them," if isinstance(rank, int)
-                    and isinstance(of, int) else "the search's one-shot pick among the most "
-                    "probable architectures")
+            by = how.get("by")
+            best = f"the best by {rule_label(by)}" if by in RERANK_RULES else "the best one-shot"
+            what = (f"{best} (the search's last-epoch check) of the {of} architectures "
+                    f"it checked, #{rank + 1} of them," if
+                    isinstance(rank, int) and isinstance(of, int) else "the search's one-shot "
+                    "pick among the most probable architectures")
         lines.append(f"{what} predicted within {budget:g} ms{spend}{chance}")
     return "\n".join(lines)
 

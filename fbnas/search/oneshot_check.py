@@ -40,14 +40,6 @@ from fbnas.config import RERANK_RULES as RULES
 from fbnas.config import SHORTLISTED_RULES as SHORTLISTED
 from fbnas.config import WEIGHTED_RULES as WEIGHTED
 
-#: how a search's epoch line names each figure ("best NASWOT and one-shot of the 8 ...")
-FIGURE_NAMES = {"top1": "one-shot", "macs": "MACs", "naswot": "NASWOT", "theta": "theta"}
-
-
-def label(rule: str) -> str:
-    """The rule's figures as the epoch line names them, e.g. "one-shot and MACs"."""
-    return " and ".join(FIGURE_NAMES[f] for f in RULES[rule])
-
 
 def needs(rule: str, figure: str) -> bool:
     """Whether rule ``rule`` looks at ``figure`` ("top1", "macs", "naswot" or "theta")."""

@@ -106,10 +106,10 @@ def pick_to_file(cfg, out: Path, name: str, networks: int = DEFAULT_NETWORKS,
     """:func:`pick`, then add the network to the architecture file ``out`` as ``name`` (the
     file ``fbnas retrain``, ``summary``, ``latency`` and ``export`` read); return its entry."""
     from fbnas.arch.definition import add_architectures, read_arch_file
+    from fbnas.config import rule_label as label
     from fbnas.errors import FbnasError
     from fbnas.io import check_writable, file_hash
     from fbnas.latency.reports import format_entry
-    from fbnas.search.oneshot_check import label
     from fbnas.search.sampling import architecture_entry, check_name
 
     check_name(name)

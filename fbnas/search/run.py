@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from fbnas.arch.space import load_space
-from fbnas.config import Budget, Config
+from fbnas.config import Budget, Config, rule_label
 from fbnas.errors import FbnasError, UsageError
 from fbnas.io import file_hash
 from fbnas.latency.lut import load_lut
@@ -44,7 +44,7 @@ from fbnas.runs.trainer import Batch, Trainer
 from fbnas.search.checkpoint import check_search_parts
 from fbnas.search.health import search_warnings, skip_count
 from fbnas.search.loss import multiplier_step, paper_loss, target_loss
-from fbnas.search.oneshot_check import (RULES, checked_networks, choose, label,
+from fbnas.search.oneshot_check import (RULES, checked_networks, choose,
                                         log_probabilities, needs, shortlist)
 from fbnas.search.pictures import progress_chart, theta_heatmap, write_png
 from fbnas.search.supernet import Supernet, recalibrated_bn
@@ -561,6 +561,7 @@ class Search(Trainer):
             record["found_val_top1"] = ev["top1"]
         if chosen is not None:
             record["rerank_moved"] = self.decision["rank"]
+            record["rerank_scored"] = len(self.decision["candidates"])
         return record
 
     def on_resume(self) -> None:
@@ -584,9 +585,11 @@ class Search(Trainer):
         if "found_val_top1" in r:
             found += f" val top1 {r['found_val_top1']:.2f}%"
         if "rerank_moved" in r:
-            by = label(self.cfg.search.rerank_by)
+            by = rule_label(self.cfg.search.rerank_by)
             also = " and per-layer alternatives" if self.cfg.search.rerank_alternatives else ""
-            found += (f" (best {by} of the {self.cfg.search.rerank} most probable{also}: "
+            # as many as the window holds, up to search.rerank (older records: the latter)
+            scored = r.get("rerank_scored", self.cfg.search.rerank)
+            found += (f" (best {by} of {scored} checked, theta's most probable{also}: "
                       f"#{r['rerank_moved'] + 1})")
         return [f"tau {r['temperature']:.3f}", found,
                 f"expected {format_cost(r['cost_expected'], metric)}, max p "

@@ -447,19 +447,20 @@ def test_sample_hard_returns_the_searchs_one_shot_pick_at_its_budget(tmp_path, s
     run, _ = budget_run(tmp_path, space, config=cfg, decision=decision)
     res = cli("sample", run, "--hard")
     assert res.exit_code == 0, res.output
-    assert "the best one-shot (the search's last-epoch check) of the 2 most probable " \
-           "architectures, #2 of them, predicted within" in res.stdout
+    assert "the best by one-shot (the search's last-epoch check) of the 2 architectures it " \
+           "checked, #2 of them, predicted within" in res.stdout
     entry = read_json(run / "arch.json", "arch")["architectures"]["search_hard"]
     assert [b["op"] for b in entry["blocks"]] == pick
     assert entry["sampling"]["method"] == "one_shot_rerank"
     assert entry["sampling"]["by"] == "top1"
-    # a check that weighed MACs says so
-    macs_run, _ = budget_run(tmp_path / "macs", space, config={
-        **cfg, "search": {"cost": "latency", "rerank_by": "top1_and_macs"}}, decision=decision)
-    res = cli("sample", macs_run, "--hard")
+    # a check by other figures names them, as the search's epoch line does
+    naswot_run, _ = budget_run(tmp_path / "naswot", space, config={
+        **cfg, "search": {"cost": "latency", "rerank_by": "naswot_and_theta"}},
+        decision=decision)
+    res = cli("sample", naswot_run, "--hard")
     assert res.exit_code == 0, res.output
-    assert "the best by one-shot top-1 and MACs ranks (the search's last-epoch check) of the 2 " \
-           "most probable architectures, #2 of them" in res.stdout
+    assert "the best by NASWOT and theta (the search's last-epoch check) of the 2 " \
+           "architectures it checked, #2 of them" in res.stdout
     res = cli("sample", run, "--hard", "--floor", 0.5, "--name", "other")
     assert res.exit_code == 0, res.output
     other = read_json(run / "arch.json", "arch")["architectures"]["other"]
