@@ -28,6 +28,11 @@ percentile of the latencies (5th to 95th) with --seeds-per-budget seeds drawn af
 (protocol "sweep") also holding fbnas pick's network, the window's most-MACs network and 20
 random networks of the window; ``report --protocol sweep`` prints its tables.
 
+rank (macro_rank.py): for finished searches (run directories), how well each figure ranks
+random networks of the search's window against the truth: Kendall tau and the cost of
+deciding by it, of the one-shot top-1 on its weights, NASWOT, MACs, theta, depth and
+combinations; rows to --rank-results; ``report --protocol rank`` prints their means.
+
 report (macro_report.py): the table of --results (with --by-budget, one line per budget
 instead of one per search), a summary per recipe with when and on which CPU model it was
 searched, what rules that need no search (most MACs within the budget, slowest within it;
@@ -42,6 +47,7 @@ on another CPU model, so --cpu keeps the rows of one; --recipe keeps one recipe'
     python bench/bench_macro.py search --target-ms 1.8 --seeds 0 --rank 50
     python bench/bench_macro.py pick --quantiles 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9
     python bench/bench_macro.py sweep --jobs 2 --seeds-per-budget 2
+    python bench/bench_macro.py rank runs/bench-macro/*ms-s* --rank 40
     python bench/bench_macro.py report --png bench/results/macro.png
     python bench/bench_macro.py report --paired "RECIPE A" "RECIPE B" --seeds 26 27 28
 """
@@ -73,6 +79,7 @@ from bench_budget import theta_steps_taken  # noqa: E402
 from bench_common import log_to, per_epoch  # noqa: E402
 from groundtruth import all_keys, judge, key_of, latency_quantile, load_truth, ops_of  # noqa: E402
 from macro_paired import report_paired  # noqa: E402
+from macro_rank import band_ranking, rank_table, window_keys  # noqa: E402
 from macro_report import (by_budget, draw, headroom, print_table, provenance,  # noqa: E402
                           simple_rules, summary, tau)
 from macro_sweep import (beside, recorded_seeds, report_sweep, sweep_plan,  # noqa: E402
@@ -502,11 +509,57 @@ def append_rows(args, rows) -> None:
     print(f"appended to {results}")
 
 
+def rank(args) -> None:
+    """macro_rank.py: for each finished search of ``args.runs``, Kendall tau and best gap of
+    each figure over --rank (default 40) random networks of its window, one row each."""
+    if not args.runs:
+        raise SystemExit("rank: name the finished search run directories to measure")
+    space, lut, truth, lat, naswot = setting(args)
+    results = Path(args.rank_results)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    for run in map(Path, args.runs):
+        ck = load_search_checkpoint(run)
+        if ck.budget is None:
+            raise SystemExit(f"rank: {run} is not a search under a latency budget")
+        floor = ck.config.loss.target_floor
+        keys = window_keys(lat, ck.budget.us, floor, args.rank or 40, args.rank_seed)
+        if len(keys) < 3:  # a rank correlation of fewer networks says nothing
+            print(f"{run}: {len(keys)} networks in its window, nothing to rank")
+            continue
+        shot, ops = one_shot(run, keys, test=True), [ops_of(k) for k in keys]
+        figures = {"one_shot": [m["top1"] for m in shot], "naswot": naswot(keys),
+                   "macs": [lut.raw_sum(o, "macs") for o in ops],
+                   "theta": log_probabilities(space, ck.probs, ops),
+                   "depth": [-o.count("skip") for o in ops]}
+        if "top1_all" in shot[0]:
+            figures["one_shot_all"] = [m["top1_all"] for m in shot]
+        within = sum(1 for v in lat.values() if v <= ck.budget.us) / len(lat)
+        row = {"protocol": "rank", "run": str(run), "budget_ms": ck.budget.ms,
+               "quantile": round(within, 3), "floor": floor, "seed": ck.config.run.seed,
+               "recipe": recipe_of(ck.config, ck.config.search.rerank_alternatives),
+               "rank_seed": args.rank_seed,
+               "lut_cpu": lut.data["environment"].get("cpu"), "cpu": cpu_model(),
+               "date": time.strftime("%Y-%m-%d"), "keys": keys,
+               **band_ranking([truth[k] for k in keys], figures)}
+        with open(results, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(f"{run}: {row['networks']} networks, tau " + ", ".join(
+            f"{k} {v:.2f}" for k, v in row["tau"].items()), flush=True)
+
+
 def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def report(args) -> None:
+    if args.protocol == "rank":  # macro_rank.py's rows, in a file of their own
+        rows = [r for r in read_rows(Path(args.rank_results))
+                if args.recipe is None or r["recipe"] == args.recipe]
+        if not rows:
+            raise SystemExit(f"report --protocol rank: no rows in {args.rank_results}; run "
+                             "bench_macro.py rank first")
+        print(rank_table(rows))
+        return
     rows = read_rows(Path(args.results))
     if args.seeds is not None:
         rows = [r for r in rows if r["seed"] in args.seeds]
@@ -550,8 +603,8 @@ def report(args) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["search", "score", "pick", "sweep", "report"])
-    ap.add_argument("runs", nargs="*", help="score: finished search run directories")
+    ap.add_argument("mode", choices=["search", "score", "pick", "sweep", "rank", "report"])
+    ap.add_argument("runs", nargs="*", help="score, rank: finished search run directories")
     ap.add_argument("--config", default="configs/macro.yaml")
     ap.add_argument("--set", action="append", default=[], help="extra config key=value")
     ap.add_argument("--recipe", default=None, help="search: a name for the settings --set "
@@ -562,7 +615,7 @@ def main(argv: list[str] | None = None) -> None:
                          "(default 0.2 0.4 0.6 0.8; sweep: 0.05 to 0.95 by 0.05, or a part)")
     ap.add_argument("--seeds-per-budget", type=int, default=2,
                     help="sweep: searches at each budget, each with a freshly drawn seed")
-    ap.add_argument("--protocol", choices=["sweep"], default=None,
+    ap.add_argument("--protocol", choices=["sweep", "rank"], default=None,
                     help="report: the sweep's rows and tables (default: the other rows, "
                          "those the recipes were chosen on)")
     ap.add_argument("--target-ms", type=float, nargs="+", default=None,
@@ -576,7 +629,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--jobs", type=int, default=1, help="searches at a time (threads split)")
     ap.add_argument("--rank", type=int, default=0,
-                    help="score this many random networks one-shot (Kendall tau)")
+                    help="search, score: score this many random networks one-shot (Kendall "
+                         "tau); rank: networks of each window (default 40)")
     ap.add_argument("--rank-seed", type=int, default=0)
     ap.add_argument("--rerank", type=int, default=None,
                     help="decide by the one-shot check of this many networks instead of the "
@@ -593,6 +647,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--truth", default=TRUTH, help="NAS-Bench-Macro folder or file")
     ap.add_argument("--out", default="runs/bench-macro")
     ap.add_argument("--results", default="bench/results/macro.jsonl")
+    ap.add_argument("--rank-results", default="bench/results/macro_rank.jsonl",
+                    help="rank: where its rows go; report --protocol rank reads them")
     ap.add_argument("--png", default=None, help="report: where to draw the picture")
     ap.add_argument("--paired", nargs=2, metavar=("A", "B"), default=None,
                     help="report: compare recipes A and B search by search, paired by budget "
@@ -605,7 +661,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="report: also score every network spending 90 to 100%% of each budget "
                          "by NASWOT and look the best one up (a search with no training)")
     args = ap.parse_args(argv)
-    {"search": search, "score": score, "pick": picks, "sweep": sweep,
+    {"search": search, "score": score, "pick": picks, "sweep": sweep, "rank": rank,
      "report": report}[args.mode](args)
 
 
