@@ -413,13 +413,14 @@ def sample(source, hard, target_ms, num, seed, name, out, lut_path, force, floor
 @click.option("--threads", type=click.IntRange(min=1), help="torch intra-op threads.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override any config key, e.g. --set loss.target_floor=0.8 (repeatable).")
+@click.option("--download", is_flag=True, help="Download CIFAR-10 into the data dir if missing.")
 @click.option("--out", default=Path("runs/pick/arch.json"), show_default=True,
               type=click.Path(dir_okay=False, path_type=Path),
               help="Architecture file to add to.")
 @click.option("--name", default=None, help="Name in the file [default: pick_MSms].")
 @click.option("--force", is_flag=True, help="Replace an architecture of the same name.")
 def pick(target_ms, config_path, space_name, lut, data_dir, networks, rule, seed, threads,
-         overrides, out, name, force):
+         overrides, download, out, name, force):
     """Pick a network under a latency budget without training a supernet.
 
     A prior from the latency term alone (theta moved by the search loss's cost term, as many
@@ -439,7 +440,8 @@ def pick(target_ms, config_path, space_name, lut, data_dir, networks, rule, seed
 
     pick_command(target_ms, config_path, overrides,
                  {"space": space_name, "lut": lut, "data.dir": data_dir, "run.seed": seed,
-                  "run.threads": threads}, out, name, networks, rule, force, echo=click.echo)
+                  "run.threads": threads, "data.download": download or None}, out, name,
+                 networks, rule, force, echo=click.echo)
 
 
 def _arch_options(f):

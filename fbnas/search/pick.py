@@ -157,5 +157,9 @@ def pick_command(target_ms: float, config_path: str | Path | None, overrides: tu
                       options={k: v for k, v in given.items() if v is not None})
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
+    if cfg.data.download:  # as train and retrain do, before anything reads the data
+        from fbnas.data.cifar import download_cifar10
+
+        download_cifar10(cfg.data.dir)
     return pick_to_file(cfg, out, name or default_name(target_ms), networks, rule, force,
                         echo=echo)

@@ -191,6 +191,28 @@ def test_pick_checks_the_inputs_then_the_budget_then_the_list(tmp_path, tiny_lut
     assert not (tmp_path / "a.json").exists()
 
 
+def test_pick_downloads_cifar_when_asked_as_train_does(tmp_path, tiny_lut_file, monkeypatch):
+    """Its missing-data message says "pass --download", so pick takes --download too: the
+    download runs into --data-dir before the data is read (here a stand-in that fails)."""
+    from fbnas.data import cifar
+    from fbnas.errors import FbnasError
+
+    base = ["pick", "--space", "tiny", "--lut", tiny_lut_file, "--out", tmp_path / "a.json",
+            "--data-dir", tmp_path / "cifar", "--target-ms", 1000]
+    r = run(*base)
+    assert r.exit_code == 1 and "pass --download to fetch it" in r.output
+    asked = []
+
+    def offline(root):
+        asked.append(str(root))
+        raise FbnasError(f"cannot download CIFAR-10 into {root}: no network")
+
+    monkeypatch.setattr(cifar, "download_cifar10", offline)
+    r = run(*base, "--download")
+    assert r.exit_code == 1 and "cannot download CIFAR-10" in r.output
+    assert asked == [str(tmp_path / "cifar")] and not (tmp_path / "a.json").exists()
+
+
 @pytest.mark.parametrize("override, message", [
     ("loss.target_ms=3", "contradicts --target-ms, which sets loss.target_ms to 1.5"),
     ("loss.form=paper", "contradicts --target-ms, which sets loss.form to 'target'"),
