@@ -114,6 +114,10 @@ class Trainer:
         beside the weights) are missing or unusable; runs before its weights are checked.
         ``where`` starts the error."""
 
+    def check_with_data(self) -> None:
+        """Checks of the run's other inputs that wait for its data to be found: a user fixes a
+        missing data folder first, so it is the first thing reported."""
+
     def check_resume(self, ckpt: dict) -> None:
         """Refuse a checkpoint that belongs to a different run setup (one that is unusable
         in itself, truncated or not finite, is refused before this is called)."""
@@ -206,6 +210,7 @@ class Trainer:
             check_resumable(ckpt, f"checkpoint {self.paths.last}", self.check_resume_parts)
             self.check_resume(ckpt)
         self._load_data()
+        self.check_with_data()
         if ckpt is not None:
             self._check_same_data(ckpt)
         torch.manual_seed(cfg.run.seed)

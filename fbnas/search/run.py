@@ -151,8 +151,6 @@ class Search(Trainer):
         self.num_classes = self.space.num_classes
         self.find_unused_parameters = cfg.search.mode == "hard"
         self.budget = Budget.of(cfg)
-        if self.budget is not None:
-            self._check_budget()
         # the budget's Lagrange multiplier (loss.target_penalty: multiplier), resumed exactly
         self.multiplier = float((ckpt or {}).get("multiplier", 0.0))
         # this epoch's theta steps, and the one after which the argmax last changed
@@ -163,12 +161,15 @@ class Search(Trainer):
         # the last epoch's one-shot check of the most probable networks (Search.rerank)
         self.decision = (ckpt or {}).get("decision")
 
-    def _check_budget(self) -> None:
+    def check_with_data(self) -> None:
         """Refuse a budget no network of the space meets, or a check list too long to find
-        (before training, not after it); warn of a budget it cannot spend."""
+        (before training, not after it; after the data folder, which a user fixes first);
+        warn of a budget it cannot spend."""
         from fbnas.search.window import check_budget
 
-        check_budget(self.lut, self.space, self.budget.us, self.cfg.search.rerank, self.warn)
+        if self.budget is not None:
+            check_budget(self.lut, self.space, self.budget.us, self.cfg.search.rerank,
+                         self.warn)
 
     def _space(self, ckpt: dict | None):
         """The space to search: config key ``space`` for a new run; for a resumed one the space

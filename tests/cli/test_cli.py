@@ -91,6 +91,16 @@ def test_bundled_config_from_another_folder_asks_for_the_data_dir(tmp_path, tiny
     assert r.exit_code == 1 and f"{tmp_path}/elsewhere does not exist" in r.output
 
 
+def test_train_reports_a_missing_data_folder_before_an_impossible_budget(tmp_path,
+                                                                          tiny_lut_file):
+    """Checks run in the order a user fixes them, as fbnas pick's do: the data, then the
+    budget."""
+    base = ["train", "--space", "tiny", "--lut", tiny_lut_file, "--target-ms", 1e-5]
+    r = run(*base, "--out", tmp_path / "a", "--data-dir", tmp_path / "none")
+    assert r.exit_code == 1 and f"{tmp_path}/none does not exist" in r.output
+    assert "below the fastest" not in r.output
+
+
 @pytest.mark.parametrize("folder", ["2024", "on", "null", "1e3"])
 def test_data_dir_that_reads_as_yaml_is_a_folder_name(tmp_path, tiny_lut_file, monkeypatch,
                                                       folder):
