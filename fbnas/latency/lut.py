@@ -22,7 +22,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from fbnas.arch.model import Head, Stem
 from fbnas.arch.ops import build_op
 from fbnas.arch.space import Layer, SearchSpace
-from fbnas.errors import FbnasError, brief
+from fbnas.errors import FbnasError, brief, capped
 from fbnas.io import read_json, refuse_overwrite, write_json
 from fbnas.latency.runtimes import (DEFAULT_BLOCK_TIME, RUNTIMES, UNRECORDED_RUNTIME, Runner,
                                     Runtime, make_runtime)
@@ -616,4 +616,6 @@ def show_table(path: str | Path, space_name: str | None = None) -> str:
     space = load_space(space_name) if space_name else None
     lut = load_lut(path, space)
     warn_other_machine(lut)
-    return lut.summary()
+    # the names a table records (space, CPU, machine) are printed as they are: one of
+    # megabytes would make the summary unreadable
+    return "\n".join(capped(line) for line in lut.summary().splitlines())

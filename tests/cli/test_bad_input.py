@@ -147,6 +147,15 @@ def test_table_without_environment_is_refused_by_every_command(tmp_path, tiny_lu
     assert "measured" in r.stdout and " on ? " in r.stdout
 
 
+def test_show_lut_cuts_a_huge_recorded_name(tmp_path, tiny_lut_data):
+    """A table may record any machine name; a 1 MB one is shown cut, with its length."""
+    huge = _table(tmp_path, tiny_lut_data, "huge.json",
+                  lambda d: d["environment"].update(machine="x" * 1_000_000))
+    r = cli("show-lut", huge)
+    assert r.exit_code == 0, r.output
+    assert len(r.stdout) < 5_000 and "(1,000,0" in r.stdout and "characters)" in r.stdout
+
+
 def test_string_batch_is_refused_by_every_command(tmp_path, tiny_lut_data, space):
     bad = _table(tmp_path, tiny_lut_data, "bad.json",
                  lambda d: d["protocol"].update(batch="one"))
