@@ -13,11 +13,18 @@ Two modes:
 3. one hard-mode step (forward, loss, backward, SGD) of the fast supernet at the same
    batch and size, for the ``tiny`` space at 224 px and for ``fbnet_imagenet100``, so the
    data's seconds per batch can be set against the step's (1 thread each);
-4. peak resident memory of a 1-epoch hard-mode ``fbnas train`` of the tiny space at 224 px
-   on each folder size, for each ``--loaders`` (``data.loader`` stream, memory, or auto, the
+4. peak resident memory of a hard-mode ``fbnas train`` of the tiny space at 224 px on each
+   folder size, for each ``--loaders`` (``data.loader`` stream, memory, or auto, the
    default choice; 2 workers), as separate processes: the trainer's peak and its largest
    worker's, and how each grows from the smallest folder to the largest. Rows are appended
    to ``--results`` (bench/results/data.jsonl) with the CPU and date.
+   Each run trains on at least ``--min-images`` images (default 8,000: 8 epochs of a
+   1,000-image folder, 1 of larger ones). Why: a hard-mode step's memory depends on the path
+   it samples, and a run's peak is its costliest step; an epoch of 1,000 images is 12
+   weight steps, which seldom sample the costliest path, so at 1 epoch the small folder's
+   peak was lower by about 110 MB for a reason that is not the data's (it reached the large
+   folders' peak by 3 epochs). The same steps at every size leave the data as the only
+   difference.
    Evaluation batches are the training batch's size: with the default 256, a folder whose
    held-out part is smaller than 256 images evaluates in smaller batches, and the peak
    would grow with the folder up to that size for a reason that is not the data's.
@@ -211,11 +218,12 @@ def step_time(space_file: str, batch: int, size: int, steps: int) -> float:
     return statistics.median(times)
 
 
-def train_memory(folder: Path, space: Path, lut: Path, loader: str, out: Path, batch: int
-                 ) -> dict:
-    """Peak memory and wall time of a 1-epoch hard-mode search in a fresh process."""
+def train_memory(folder: Path, space: Path, lut: Path, loader: str, out: Path, batch: int,
+                 epochs: int = 1) -> dict:
+    """Peak memory and wall time of an ``epochs``-epoch hard-mode search in a fresh
+    process."""
     cmd = [sys.executable, "-m", "fbnas.cli", "train", "--space", str(space), "--lut", str(lut),
-           "--data-dir", str(folder), "--out", str(out), "--force", "--epochs", "1",
+           "--data-dir", str(folder), "--out", str(out), "--force", "--epochs", str(epochs),
            "--mode", "hard", "--threads", "1", "--set", "data.kind=folder",
            "--set", f"data.loader={loader}", "--set", "data.workers=2",
            "--set", "search.warmup_epochs=0", "--set", "run.progress=false",
@@ -303,22 +311,25 @@ def memory(args, work: Path, folders: dict) -> None:
 
         write_json(lut, profile_space(load_space(str(space)), rounds=2, extra_rounds=0,
                                       block_time=0.001, runtime="eager"))
-    print("\n1-epoch hard-mode search of tiny at 224 px (fbnas train, 1 thread), peak memory:")
+    print(f"hard-mode search of tiny at 224 px on at least {args.min_images:,} images "
+          "(fbnas train, 1 thread), peak memory:")
     rows = []
     for loader in args.loaders:
         for n, folder in folders.items():
-            r = train_memory(folder, space, lut, loader, work / f"run_{loader}_{n}", args.batch)
+            epochs = -(-args.min_images // n)
+            r = train_memory(folder, space, lut, loader, work / f"run_{loader}_{n}", args.batch,
+                             epochs)
             row = {"date": time.strftime("%Y-%m-%d"), "cpu": cpu_model(), "cpu_id": cpu_identity(),
                    "torch": torch.__version__, "what": "train memory", "loader": loader,
-                   "images": n, "jpeg": list(args.jpeg), "size": args.size,
+                   "images": n, "epochs": epochs, "jpeg": list(args.jpeg), "size": args.size,
                    "batch": args.batch, "peak_main_mb": round(r["peak_main_mb"]),
                    "peak_worker_mb": round(r["peak_worker_mb"]),
                    "seconds": round(r["seconds"]), "data_line": r["data_line"]}
             rows.append(row)
             with open(args.results, "a") as f:
                 f.write(json.dumps(row) + "\n")
-            print(f"  {loader} {n} images: trainer {row['peak_main_mb']} MB, largest worker "
-                  f"{row['peak_worker_mb']} MB, {row['seconds']} s", flush=True)
+            print(f"  {loader} {n} images, {epochs} epoch(s): trainer {row['peak_main_mb']} MB, "
+                  f"largest worker {row['peak_worker_mb']} MB, {row['seconds']} s", flush=True)
     print()
     print(memory_table(rows))
 
@@ -326,13 +337,14 @@ def memory(args, work: Path, folders: dict) -> None:
 def memory_table(rows: list[dict]) -> str:
     """Markdown: each loader's peaks by folder size, and their growth from the smallest
     folder to the largest (the slope the streaming loader must keep near zero)."""
-    out = ["| data.loader | images | trainer peak MB | largest worker peak MB | seconds |",
-           "|---|---:|---:|---:|---:|"]
+    out = ["| data.loader | images | epochs | trainer peak MB | largest worker peak MB | "
+           "seconds |", "|---|---:|---:|---:|---:|---:|"]
     growth = []
     for loader in dict.fromkeys(r["loader"] for r in rows):
         mine = sorted((r for r in rows if r["loader"] == loader), key=lambda r: r["images"])
         for r in mine:
-            out.append(f"| {loader} | {r['images']:,} | {r['peak_main_mb']:,} | "
+            out.append(f"| {loader} | {r['images']:,} | {r.get('epochs', 1)} | "
+                       f"{r['peak_main_mb']:,} | "
                        f"{r['peak_worker_mb']:,} | {r['seconds']:,} |")
         lo, hi = mine[0], mine[-1]
         if hi["images"] > lo["images"]:
@@ -388,6 +400,8 @@ def main() -> None:
                     choices=["throughput", "step", "memory"], help="stream: what to measure")
     ap.add_argument("--loaders", nargs="+", default=["stream", "memory"],
                     choices=["stream", "memory", "auto"], help="stream: the searches' data.loader")
+    ap.add_argument("--min-images", type=int, default=8000,
+                    help="stream memory: images each search trains on at least (whole epochs)")
     ap.add_argument("--results", default="bench/results/data.jsonl",
                     help="memory rows are appended here; report reads them")
     ap.add_argument("--date", help="report: the rows of this date (default: the newest)")
