@@ -21,13 +21,14 @@ from __future__ import annotations
 import math
 import random
 
-import numpy as np
+from fbnas.config import WEIGHTED_RULES
+from fbnas.search.oneshot_check import z_scores
 
 #: the figures each row measures, larger meaning better for each
 BASE = ("one_shot", "one_shot_all", "naswot", "macs", "theta", "depth")
 #: combinations: name -> {figure: weight} of a weighted sum of z-scores (within the sample);
-#: naswot_and_theta is the search's default check (fbnas.config.WEIGHTED_RULES)
-COMBINED = {"naswot_and_theta": {"naswot": 1.0, "theta": 0.25},
+#: the weighted check rules first (fbnas.config.WEIGHTED_RULES: naswot_and_theta, the default)
+COMBINED = {**WEIGHTED_RULES,
             "one_shot_and_naswot": {"one_shot": 1.0, "naswot": 1.0},
             "one_shot_and_naswot_and_theta": {"one_shot": 1.0, "naswot": 1.0, "theta": 0.25},
             "naswot_and_depth": {"naswot": 1.0, "depth": 1.0}}
@@ -42,18 +43,13 @@ def window_keys(lat: dict[str, float], budget_us: float, floor: float, n: int,
     return random.Random(seed).sample(keys, min(n, len(keys)))
 
 
-def _z(values) -> np.ndarray:
-    v = np.asarray(values, dtype=float)
-    sd = v.std()
-    return np.zeros_like(v) if sd == 0 else (v - v.mean()) / sd
-
-
 def with_combined(figures: dict[str, list[float]]) -> dict[str, list[float]]:
     """``figures`` and each COMBINED sum of them (those whose parts are all present)."""
     out = dict(figures)
     for name, weights in COMBINED.items():
         if all(f in figures for f in weights):
-            out[name] = [float(x) for x in sum(w * _z(figures[f]) for f, w in weights.items())]
+            score = sum(w * z_scores(figures[f]) for f, w in weights.items())
+            out[name] = [float(x) for x in score]
     return out
 
 

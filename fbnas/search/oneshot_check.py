@@ -57,7 +57,7 @@ def log_probabilities(space, probs, networks: list[list[str]]) -> list[float]:
     return out
 
 
-def _z(values) -> np.ndarray:
+def z_scores(values) -> np.ndarray:
     """Standard scores (0 everywhere where all values are equal)."""
     v = np.asarray(values, dtype=float)
     sd = v.std()
@@ -66,7 +66,7 @@ def _z(values) -> np.ndarray:
 
 def _weighted(rule: str, figures: dict) -> np.ndarray:
     """A WEIGHTED rule's score of each network: the weighted sum of its figures' z-scores."""
-    return sum(w * _z(figures[f]) for f, w in WEIGHTED[rule].items())
+    return sum(w * z_scores(figures[f]) for f, w in WEIGHTED[rule].items())
 
 
 def shortlist(rule: str, n: int, **figures: list[float]) -> list[int]:
