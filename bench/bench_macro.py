@@ -70,8 +70,8 @@ from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.search.checkpoint import load_search_checkpoint
 from fbnas.search.latency_prior import latency_prior
 from fbnas.search.naswot import data_images, score_architectures
-from fbnas.search.oneshot_check import (RULES, checked_networks, choose, log_probabilities,
-                                        needs, shortlist)
+from fbnas.search.oneshot_check import (RULES, checked_networks, choose, depth,
+                                        log_probabilities, needs, shortlist)
 from fbnas.search.run import run_search
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -226,7 +226,8 @@ def score_run(args, out: Path, truth, lut, space, lat, naswot: Naswot) -> dict:
     if ck.decision is not None and own_rule:
         found = ck.decision  # the search's own one-shot check
         found_scored = [scored_entry(c["ops"], c.get("val_top1"), c.get("val_ce"),
-                                     c.get("naswot")) for c in raw["decision"]["candidates"]]
+                                     c.get("naswot"), c.get("log_prob"))
+                        for c in raw["decision"]["candidates"]]
     else:
         found, found_scored = decide(out, lut, space, ck.probs, budget_us, floor, k, by, naswot,
                                      alt)
@@ -317,28 +318,31 @@ def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: 
     keys = [key_of(ops) for ops in options]
     nw = naswot(keys) if needs(by, "naswot") else [None] * len(keys)
     figures = {"naswot": nw, "macs": [lut.raw_sum(ops, "macs") for ops in options],
-               "theta": log_probabilities(space, probs, options)}
+               "theta": log_probabilities(space, probs, options),
+               "depth": [depth(ops) for ops in options]}
     shot = [{}] * len(keys)
     if needs(by, "top1"):  # every network, or a shortlist rule's few, as Search.rerank does
         todo = shortlist(by, len(keys), **figures)
         for i, m in zip(todo, one_shot(run_dir, [keys[i] for i in todo])):
             shot[i] = m
     best = choose(by, top1=[m.get("top1") for m in shot], **figures)
-    return options[best], [scored_entry(ops, m.get("top1"), m.get("ce"), v)
-                           for ops, m, v in zip(options, shot, nw)]
+    return options[best], [scored_entry(ops, m.get("top1"), m.get("ce"), v, lp)
+                           for ops, m, v, lp in zip(options, shot, nw, figures["theta"])]
 
 
 def redecided(row: dict, by: str, truth, lut, lat, naswot: Naswot) -> dict | None:
     """``row`` as its search and control would have decided by rule ``by`` from the networks
     their checks recorded (no search rerun; NASWOT scores are computed from the keys); None
     for rows saved before checks were recorded, or whose checks lack the one-shot score the
-    rule needs, and for rules that weigh theta (a row does not keep it: re-decide the run with
-    ``score --rerank-by``). A check of one network (the window held no other) decides the same
-    by any rule."""
-    if row.get("rerank_by", "top1") == by or "found_candidates" not in row or needs(by, "theta"):
+    rule needs, and for rules that weigh theta where the row does not keep each network's
+    log-probability (rows before 2026-12-06: re-decide the run with ``score --rerank-by``). A
+    check of one network (the window held no other) decides the same by any rule."""
+    if row.get("rerank_by", "top1") == by or "found_candidates" not in row:
         return None
     checks = [row.get(f"{who}_candidates") or [] for who in ("found", "control")]
     if needs(by, "top1") and any(c[1] is None for checked in checks for c in checked):
+        return None
+    if needs(by, "theta") and any(len(c) < 5 for checked in checks for c in checked):
         return None
     out = dict(row, recipe=f"{row['recipe']}, re-decided by {by}", rerank_by=by)
     for (who, prefix), checked in zip((("found", ""), ("control", "control_")), checks):
@@ -347,7 +351,9 @@ def redecided(row: dict, by: str, truth, lut, lat, naswot: Naswot) -> dict | Non
         keys = [c[0] for c in checked]
         key = keys[choose(by, top1=[c[1] for c in checked],
                           macs=[lut.raw_sum(ops_of(k), "macs") for k in keys],
-                          naswot=naswot(keys) if needs(by, "naswot") else None)]
+                          naswot=naswot(keys) if needs(by, "naswot") else None,
+                          theta=[c[4] if len(c) > 4 else None for c in checked],
+                          depth=[depth(ops_of(k)) for k in keys])]
         v = judge(truth, lat, row["budget_ms"] * 1000, key)
         out.update({who: key, f"{who}_ms": round(lat[key] / 1000, 4),
                     f"{prefix}accuracy": round(v.accuracy, 3),
@@ -358,11 +364,14 @@ def redecided(row: dict, by: str, truth, lut, lat, naswot: Naswot) -> dict | Non
 
 
 def scored_entry(ops: list[str], top1: float | None, ce: float | None,
-                 naswot: float | None = None) -> list:
+                 naswot: float | None = None, log_prob: float | None = None) -> list:
     """A row's record of one network a check scored: [key, val top-1, val CE] (None where
-    not measured), and its NASWOT score where the check computed one."""
+    not measured), its NASWOT score where the check computed one, and its log-probability
+    under theta where given (so that a rule weighing theta can re-decide the row)."""
     entry = [key_of(ops), None if top1 is None else round(top1, 2),
              None if ce is None else round(ce, 4)]
+    if log_prob is not None:
+        return [*entry, None if naswot is None else round(naswot, 3), round(log_prob, 4)]
     return entry if naswot is None else [*entry, round(naswot, 3)]
 
 
@@ -458,7 +467,7 @@ def pick_one(args, truth, lut, space, lat, naswot, quantile, budget_ms: float,
         "argmax_stable": None, "theta_steps": found["theta_steps"],
         "lut_cpu": lut.data["environment"].get("cpu"), "date": time.strftime("%Y-%m-%d"),
         "cpu": cpu_model(), "cpu_id": cpu_identity(), "jobs": 1,
-        "found_candidates": [scored_entry(c["ops"], None, None, c["naswot"])
+        "found_candidates": [scored_entry(c["ops"], None, None, c["naswot"], c["log_prob"])
                              for c in found["candidates"]],
     }
 

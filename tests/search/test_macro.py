@@ -200,6 +200,28 @@ def test_report_decides_a_recorded_check_again_by_the_macs_rule():
     assert b.redecided(row, "top1_and_macs", truth, MacsTable(), lat, no_naswot) is None
 
 
+def test_a_row_that_keeps_log_probabilities_is_re_decided_by_a_rule_weighing_theta():
+    truth, lat = tiny_truth()
+    row = {"recipe": "r", "budget_ms": 0.005, "rerank_by": "naswot", "found": "11",
+           "found_candidates": [["11", None, None, 3.0, -1.0], ["12", None, None, 2.9, -1.1],
+                                ["10", None, None, 1.0, -4.0]],
+           "control": "11", "control_candidates": []}
+    b = bench()
+    scores = {"11": 3.0, "12": 2.9, "10": 1.0}
+    again = b.redecided(row, "naswot_and_theta", truth, MacsTable(), lat,
+                        lambda keys: [scores[k] for k in keys])
+    assert again["recipe"] == "r, re-decided by naswot_and_theta" and again["found"] == "11"
+    # the same NASWOT scores with theta's log-probabilities swapped: a quarter of theta's
+    # z-score turns a near-tie
+    row["found_candidates"][0][4], row["found_candidates"][1][4] = -3.9, -1.0
+    again = b.redecided(row, "naswot_and_theta", truth, MacsTable(), lat,
+                        lambda keys: [scores[k] for k in keys])
+    assert again["found"] == "12"
+    # a row saved without log-probabilities cannot be re-decided by such a rule
+    row["found_candidates"] = [c[:4] for c in row["found_candidates"]]
+    assert b.redecided(row, "naswot_and_theta", truth, MacsTable(), lat, no_naswot) is None
+
+
 def no_naswot(keys):
     raise AssertionError("a rule that does not use NASWOT computed it")
 
@@ -250,8 +272,8 @@ def test_a_rows_recipe_names_what_decides_the_search():
         "the last epoch) (theta lr falling to 0 over the last epoch), check by naswot"
     assert bench().recipe_of(load_config(REPO / "configs" / "macro.yaml")) == \
         "8 epochs, 4 weights-only, shared weights, reinforce theta steps (16 a weight step in " \
-        "the last epoch) (theta lr falling to 0 over the last epoch), check by naswot_and_theta " \
-        "of 256"
+        "the last epoch) (theta lr falling to 0 over the last epoch), check by " \
+        "naswot_theta_and_depth of 256"
     # the check: another rule, or another number of networks checked
     assert recipe("search.rerank_by=naswot_and_theta", "search.rerank=256").endswith(
         "(theta lr falling to 0 over the last epoch), check by naswot_and_theta of 256")
@@ -354,10 +376,13 @@ optim: {{theta: {{lr: 0.1}}}}
     assert set(row["rank"]["random"]) == {"networks", "one_shot", "one_shot_ce", "one_shot_all",
                                           "one_shot_ce_all", "latency", "macs", "naswot"}
     assert all(-1 <= v <= 1 for k, v in row["rank"]["random"].items() if k != "networks")
-    # each network the one-shot check scored, for the search and its control: key, top-1, CE
+    # each network the one-shot check scored, for the search and its control: key, top-1, CE,
+    # (no NASWOT score) and its log-probability, most probable first
     for scored, pick in ((row["found_candidates"], row["found"]),
                          (row["control_candidates"], row["control"])):
-        assert all(len(key) == 2 and 0 <= top1 <= 100 and ce > 0 for key, top1, ce in scored)
+        assert all(len(key) == 2 and 0 <= top1 <= 100 and ce > 0 and nw is None and lp <= 0
+                   for key, top1, ce, nw, lp in scored)
+        assert [c[4] for c in scored] == sorted((c[4] for c in scored), reverse=True)
         assert not scored or pick == max(scored, key=lambda c: c[1])[0]
     # 9 networks: too few spend 90 to 100% of the budget for a rank correlation
     assert "near_budget" not in row["rank"] or row["rank"]["near_budget"]["networks"] >= 3
@@ -412,7 +437,7 @@ optim: {{theta: {{lr: 0.1}}}}
     assert row["rerank_by"] == "naswot" and row["recipe"].endswith("check by naswot")
     for scored, pick in ((row["found_candidates"], row["found"]),
                          (row["control_candidates"], row["control"])):
-        assert all(top1 is None and ce is None for _, top1, ce, _ in scored)
+        assert all(top1 is None and ce is None for _, top1, ce, _, _ in scored)
         assert not scored or pick == max(scored, key=lambda c: c[3])[0]
     # score --alternatives yes decides the finished search again with each layer's
     # alternatives checked too: the same networks first, and the recipe says so
@@ -427,11 +452,11 @@ optim: {{theta: {{lr: 0.1}}}}
     # steps from the latency term alone, the same list, the same NASWOT scores
     # (no floor, so that more than one of the 9 networks is listed)
     b.main(["score", str(naswot_run), *common, "--rerank", "4", "--rerank-by",
-            "naswot_and_theta", "--floor", "0"])
+            "naswot_theta_and_depth", "--floor", "0"])
     b.main(["pick", *common, "--quantiles", "0.5", "--seeds", "1", "--rerank", "4", "--set",
             "loss.target_floor=0"])
     rescored, picked = (json.loads(line) for line in results.read_text().splitlines()[-2:])
-    assert picked["recipe"] == "training-free pick, check by naswot_and_theta of 4"
+    assert picked["recipe"] == "training-free pick, check by naswot_theta_and_depth of 4"
     assert picked["found"] == picked["control"] == rescored["control"]
     assert picked["accuracy"] == truth[picked["found"]] and picked["budget_ms"] == \
         rescored["budget_ms"]
