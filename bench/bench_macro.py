@@ -588,6 +588,8 @@ def report(args) -> None:
                              "--seeds and --cpu); run bench_macro.py sweep first")
         report_sweep(rows, truth)
         provenance(rows)
+        if args.png:  # the sweep's found networks and controls over every network
+            draw(rows, truth, lat, Path(args.png))
         return
     if args.rerank_by:  # each recorded check decided again by the other rule, beside it
         rows += [r for r in (redecided(r, args.rerank_by, truth, lut, lat, naswot)

@@ -114,7 +114,9 @@ def sweep_row(budget, seed, found, pick, near_mean=80.0):
     truth, lat = tiny_truth()
     v = judge(truth, lat, budget, found)
     return {"recipe": "r", "protocol": "sweep", "quantile": 0.5, "budget_ms": budget / 1000,
-            "seed": seed, "found": found, "accuracy": v.accuracy, "oracle": v.oracle,
+            "seed": seed, "found": found, "found_ms": lat[found] / 1000, "control": pick,
+            "control_ms": lat[pick] / 1000, "control_accuracy": truth[pick],
+            "accuracy": v.accuracy, "oracle": v.oracle,
             "oracle_accuracy": v.oracle_accuracy, "gap": v.gap, "near_mean": near_mean,
             "pick_key": pick, "max_macs_key": "20", "random_keys": ["00", "01", "10"],
             "cpu": "AMD EPYC", "date": "2026-12-05"}
@@ -153,6 +155,10 @@ def test_report_sweep_figures_on_hand_made_rows(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "4 searches at 2 budgets" in out and "AMD EPYC (4)" in out
     assert "chosen on" not in out
+    # --png draws the sweep's networks over every network of the space
+    png = tmp_path / "sweep.png"
+    b.main(["report", "--results", str(results), "--protocol", "sweep", "--png", str(png)])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # a recipe with no sweep rows says so
     with pytest.raises(SystemExit, match="no sweep rows"):
         b.main(["report", "--results", str(results), "--protocol", "sweep", "--recipe", "x"])
