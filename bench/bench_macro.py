@@ -70,8 +70,8 @@ from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.search.checkpoint import load_search_checkpoint
 from fbnas.search.latency_prior import latency_prior
 from fbnas.search.naswot import data_images, score_architectures
-from fbnas.search.oneshot_check import (RULES, checked_networks, choose, depth,
-                                        log_probabilities, needs, shortlist)
+from fbnas.search.oneshot_check import (RULES, checked_networks, choose, log_probabilities,
+                                        needs, shortlist)
 from fbnas.search.run import run_search
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -253,7 +253,8 @@ def score_run(args, out: Path, truth, lut, space, lat, naswot: Naswot) -> dict:
         "found_val_top1": per_epoch(hist, "found_val_top1"),
         "lut_cpu": lut.data["environment"].get("cpu"), "date": time.strftime("%Y-%m-%d"),
         # each checked network, most probable first: key, val top-1, val CE (None where the
-        # rule needs no one-shot pass) and, where the rule used it, the NASWOT score
+        # rule needs no one-shot pass), the NASWOT score (None where the rule did not use
+        # it) and the log-probability under theta (scored_entry)
         "found_candidates": found_scored, "control_candidates": control_scored,
     }
     if args.rank:
@@ -318,8 +319,7 @@ def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: 
     keys = [key_of(ops) for ops in options]
     nw = naswot(keys) if needs(by, "naswot") else [None] * len(keys)
     figures = {"naswot": nw, "macs": [lut.raw_sum(ops, "macs") for ops in options],
-               "theta": log_probabilities(space, probs, options),
-               "depth": [depth(ops) for ops in options]}
+               "theta": log_probabilities(space, probs, options)}
     shot = [{}] * len(keys)
     if needs(by, "top1"):  # every network, or a shortlist rule's few, as Search.rerank does
         todo = shortlist(by, len(keys), **figures)
@@ -352,8 +352,7 @@ def redecided(row: dict, by: str, truth, lut, lat, naswot: Naswot) -> dict | Non
         key = keys[choose(by, top1=[c[1] for c in checked],
                           macs=[lut.raw_sum(ops_of(k), "macs") for k in keys],
                           naswot=naswot(keys) if needs(by, "naswot") else None,
-                          theta=[c[4] if len(c) > 4 else None for c in checked],
-                          depth=[depth(ops_of(k)) for k in keys])]
+                          theta=[c[4] if len(c) > 4 else None for c in checked])]
         v = judge(truth, lat, row["budget_ms"] * 1000, key)
         out.update({who: key, f"{who}_ms": round(lat[key] / 1000, 4),
                     f"{prefix}accuracy": round(v.accuracy, 3),

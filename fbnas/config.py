@@ -63,29 +63,23 @@ def number_problem(value: Any, high: float = FLOAT32_MAX, why: str = FLOAT32_WHY
 #: applies them; fbnas pick decides by those that need no supernet): rule -> the figures
 #: whose ranks it sums, the first breaking ties. Figures: "top1", the one-shot top-1 on the
 #: val split; "macs", the network's multiply-adds; "naswot", the training-free score of a
-#: fresh copy; "theta", the network's log-probability under softmax(theta); "depth", the
-#: number of its layers that are not ``skip``
+#: fresh copy; "theta", the network's log-probability under softmax(theta)
 RERANK_RULES = {"top1": ("top1",), "top1_and_macs": ("top1", "macs"), "naswot": ("naswot",),
                 "naswot_and_top1": ("naswot", "top1"), "naswot_and_theta": ("naswot", "theta"),
-                "naswot_theta_and_depth": ("naswot", "theta", "depth"),
                 "naswot_and_theta_then_top1": ("naswot", "theta", "top1")}
 #: rules that score only a shortlist one-shot: rule -> (the rule that draws the shortlist up
 #: from every checked network, how many it keeps)
 SHORTLISTED_RULES = {"naswot_and_theta_then_top1": ("naswot_and_theta", 8)}
-#: rules that sum weighted z-scores instead of ranks: rule -> {figure: weight}; the weights
-#: are the ones that came closest to the best network (docs/results.md)
-WEIGHTED_RULES = {"naswot_and_theta": {"naswot": 1.0, "theta": 0.25},
-                  "naswot_theta_and_depth": {"naswot": 1.0, "theta": 0.25, "depth": 0.5}}
+#: rules that sum weighted z-scores instead of ranks: rule -> {figure: weight}; theta's
+#: weight is the one that came closest to the best network (docs/results.md)
+WEIGHTED_RULES = {"naswot_and_theta": {"naswot": 1.0, "theta": 0.25}}
 #: how messages name each figure ("best NASWOT and theta of the 64 most probable")
-FIGURE_NAMES = {"top1": "one-shot", "macs": "MACs", "naswot": "NASWOT", "theta": "theta",
-                "depth": "depth"}
+FIGURE_NAMES = {"top1": "one-shot", "macs": "MACs", "naswot": "NASWOT", "theta": "theta"}
 
 
 def rule_label(rule: str) -> str:
-    """A rule's figures as messages name them, e.g. "one-shot and MACs", "NASWOT, theta and
-    depth"."""
-    names = [FIGURE_NAMES[f] for f in RERANK_RULES[rule]]
-    return " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
+    """A rule's figures as messages name them, e.g. "one-shot and MACs"."""
+    return " and ".join(FIGURE_NAMES[f] for f in RERANK_RULES[rule])
 
 
 #: the rules that score every checked network one-shot, a pass over the val split each, so a
@@ -96,7 +90,7 @@ ONE_SHOT_RULES = tuple(rule for rule, figures in RERANK_RULES.items()
 #: one-shot, as a pick trains no supernet
 PICK_RULES = tuple(sorted((rule for rule, figures in RERANK_RULES.items()
                            if "top1" not in figures),
-                          key=lambda rule: rule != "naswot_theta_and_depth"))
+                          key=lambda rule: rule != "naswot_and_theta"))
 
 
 def _key(default: Any, doc: str, **kwargs: Any) -> Any:
@@ -955,8 +949,7 @@ def reference() -> str:
             "The figures each rule compares the checked networks by (the first breaks ties): "
             "`top1` the one-shot val top-1, `macs` the multiply-adds, `naswot` the "
             "training-free score of a fresh copy, `theta` the log-probability under "
-            "softmax(theta), `depth` the number of layers that are not `skip`. `fbnas pick` "
-            "decides by the rules without `top1`."),
+            "softmax(theta). `fbnas pick` decides by the rules without `top1`."),
             "| rule | figures | how |", "| --- | --- | --- |"]
     for rule, figures in RERANK_RULES.items():
         if rule in WEIGHTED_RULES:

@@ -11,10 +11,9 @@ breaking ties; docs/config.md lists them):
 - several figures: the best sum of their ranks among the checked networks, ties to the
   better first figure, then to the more probable (ranks, not raw values, so neither
   figure's scale outweighs the other);
-- a weighted rule (``naswot_and_theta``, ``naswot_theta_and_depth``): the best weighted sum
-  of the figures' z-scores. With a long list theta is then a prior over the window rather
-  than a shortlist: NASWOT reaches networks theta ranked low, and the prior keeps it off
-  networks it over-rates;
+- a weighted rule (``naswot_and_theta``): the best weighted sum of the figures' z-scores.
+  With a long list theta is then a prior over the window rather than a shortlist: NASWOT
+  reaches networks theta ranked low, and the prior keeps it off networks it over-rates;
 - a shortlisted rule (``naswot_and_theta_then_top1``): its first rule's best few scored
   one-shot, then the best sum of that rule's rank and the one-shot top-1's, so that the
   trained weights break near-ties without a noisy one-shot score overruling a clear lead.
@@ -23,16 +22,12 @@ The figures: ``top1``, the one-shot val top-1 on the supernet's weights (BN re-e
 each network; a pass over the held-out split a network); ``macs``, the table's multiply-adds;
 ``naswot``, the training-free score of a freshly initialised copy (fbnas/search/naswot.py;
 one batch's forward pass a network, so a check by it may list hundreds); ``theta``, the
-network's log-probability under softmax(theta); ``depth``, how many of its layers are not
-``skip``.
+network's log-probability under softmax(theta).
 
 Why MACs and NASWOT beside or instead of the one-shot top-1: a supernet trained for minutes
 ranks networks by how fast they learn, not by how well they end. The networks a search
 checks all fit the same latency window, so more MACs there means capacity that full training
 turns into accuracy; NASWOT has no short-training bias and no noise from a small val split.
-Depth, because within one latency window the networks trade layers for width, and a network
-that spends its budget on fewer, wider layers is the one that NASWOT and a prior drawn to
-cheap ``skip`` layers over-rate; the deeper one trains to the better accuracy.
 Theta still chooses which networks are checked, so the search decides the list and the score
 only orders it. How each rule ranked NAS-Bench-Macro's networks: docs/results.md.
 """
@@ -41,21 +36,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from fbnas.arch.ops import parse_op
 from fbnas.config import RERANK_RULES as RULES
 from fbnas.config import SHORTLISTED_RULES as SHORTLISTED
 from fbnas.config import WEIGHTED_RULES as WEIGHTED
 
 
 def needs(rule: str, figure: str) -> bool:
-    """Whether rule ``rule`` looks at ``figure`` ("top1", "macs", "naswot", "theta" or
-    "depth")."""
+    """Whether rule ``rule`` looks at ``figure`` ("top1", "macs", "naswot" or "theta")."""
     return figure in RULES[rule]
-
-
-def depth(ops: list[str]) -> int:
-    """The "depth" figure of a rule: how many layers of ``ops`` are not ``skip``."""
-    return sum(not parse_op(op).is_skip for op in ops)
 
 
 def log_probabilities(space, probs, networks: list[list[str]]) -> list[float]:

@@ -90,8 +90,7 @@ def test_a_saved_run_with_a_removed_key_reads_but_resumes_only_as_this_version_r
 
 
 def test_a_check_with_few_or_no_one_shot_passes_may_list_hundreds_of_networks():
-    for rule in ("naswot", "naswot_and_theta", "naswot_theta_and_depth",
-                 "naswot_and_theta_then_top1"):
+    for rule in ("naswot", "naswot_and_theta", "naswot_and_theta_then_top1"):
         cfg = load_config(None, ["search.rerank=256", f"search.rerank_by={rule}"])
         assert (cfg.search.rerank, cfg.search.rerank_by) == (256, rule)
         with pytest.raises(UsageError, match="search.rerank must be from 0 to 1024"):
@@ -144,7 +143,7 @@ def test_repository_configs_are_the_bundled_ones_on_the_shared_subset():
         assert (cfg.search.theta_estimator, cfg.search.alternation, cfg.optim.theta.lr,
                 cfg.search.mode) == ("reinforce", "step", 0.05, "hard")
     assert (demo.search.rerank_by, demo.search.rerank) == ("top1_and_macs", 8)
-    assert (macro.search.rerank_by, macro.search.rerank) == ("naswot_theta_and_depth", 256)
+    assert (macro.search.rerank_by, macro.search.rerank) == ("naswot_and_theta", 256)
     assert (macro.space, macro.search.epochs, macro.warmup_epochs) == ("nasbench_macro", 8, 4)
     assert (demo.search.final_theta_steps, macro.search.final_theta_steps) == (0, 16)
     assert (demo.optim.theta.final_lr, macro.optim.theta.final_lr) == (None, 0)
@@ -174,7 +173,7 @@ def test_the_bundled_budget_recipe_is_the_measured_one_for_any_space():
         "search.epochs": 8, "search.warmup_epochs": 0.5, "search.mode": "hard",
         "search.alternation": "step", "search.final_theta_steps": 16,
         "search.evaluate_every": 4, "search.theta_estimator": "reinforce", "search.rerank": 64,
-        "search.rerank_by": "naswot_theta_and_depth", "loss.form": "target",
+        "search.rerank_by": "naswot_and_theta", "loss.form": "target",
         "optim.weights.lr": 0.05, "optim.weights.warmup_epochs": 0.5, "optim.theta.lr": 0.05,
         "optim.theta.final_lr": 0.0}
     # the NAS-Bench-Macro search adds this checkout's paths and its space's two settings; the

@@ -272,8 +272,8 @@ def test_a_rows_recipe_names_what_decides_the_search():
         "the last epoch) (theta lr falling to 0 over the last epoch), check by naswot"
     assert bench().recipe_of(load_config(REPO / "configs" / "macro.yaml")) == \
         "8 epochs, 4 weights-only, shared weights, reinforce theta steps (16 a weight step in " \
-        "the last epoch) (theta lr falling to 0 over the last epoch), check by " \
-        "naswot_theta_and_depth of 256"
+        "the last epoch) (theta lr falling to 0 over the last epoch), check by naswot_and_theta " \
+        "of 256"
     # the check: another rule, or another number of networks checked
     assert recipe("search.rerank_by=naswot_and_theta", "search.rerank=256").endswith(
         "(theta lr falling to 0 over the last epoch), check by naswot_and_theta of 256")
@@ -452,11 +452,11 @@ optim: {{theta: {{lr: 0.1}}}}
     # steps from the latency term alone, the same list, the same NASWOT scores
     # (no floor, so that more than one of the 9 networks is listed)
     b.main(["score", str(naswot_run), *common, "--rerank", "4", "--rerank-by",
-            "naswot_theta_and_depth", "--floor", "0"])
+            "naswot_and_theta", "--floor", "0"])
     b.main(["pick", *common, "--quantiles", "0.5", "--seeds", "1", "--rerank", "4", "--set",
             "loss.target_floor=0"])
     rescored, picked = (json.loads(line) for line in results.read_text().splitlines()[-2:])
-    assert picked["recipe"] == "training-free pick, check by naswot_theta_and_depth of 4"
+    assert picked["recipe"] == "training-free pick, check by naswot_and_theta of 4"
     assert picked["found"] == picked["control"] == rescored["control"]
     assert picked["accuracy"] == truth[picked["found"]] and picked["budget_ms"] == \
         rescored["budget_ms"]

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fbnas.search.oneshot_check import choose, depth, log_probabilities
+from fbnas.search.oneshot_check import choose, log_probabilities
 
 
 def test_tied_macs_share_their_places_and_leave_the_choice_to_top1():
@@ -72,19 +72,6 @@ def test_naswot_and_theta_with_equal_figures_keeps_the_more_probable():
     assert choose("naswot_and_theta", naswot=[5.0, 5.0], theta=[-1.0, -1.0]) == 0
 
 
-def test_depth_keeps_the_deeper_network_where_naswot_and_theta_would_take_skips():
-    # the first network spends its budget on wide layers and skips, the second on depth
-    ops = [["k5_e6", "skip", "skip", "k5_e6"], ["k3_e3", "k3_e3", "k3_e3", "skip"],
-           ["skip", "skip", "skip", "k5_e6"]]
-    assert [depth(o) for o in ops] == [2, 3, 1]
-    naswot, theta = [325.0, 320.0, 280.0], [-2.0, -2.5, -1.0]
-    assert choose("naswot_and_theta", naswot=naswot, theta=theta) == 0
-    assert choose("naswot_theta_and_depth", naswot=naswot, theta=theta,
-                  depth=[depth(o) for o in ops]) == 1
-    # every network as deep as the next: depth's z-score is 0 and the rule is naswot_and_theta's
-    assert choose("naswot_theta_and_depth", naswot=naswot, theta=theta, depth=[3, 3, 3]) == 0
-
-
 def test_log_probabilities_sum_each_layers_log_probability_of_the_network():
     from fbnas.arch.space import load_space
 
@@ -113,11 +100,7 @@ def test_the_rules_are_defined_once_and_pick_takes_those_without_a_supernet():
     field = {f.name: f for f in dataclasses.fields(SearchConfig)}["rerank_by"]
     assert RULES is RERANK_RULES
     assert field.metadata["choices"] == tuple(RERANK_RULES)
-    assert PICK_RULES[0] == "naswot_theta_and_depth"  # fbnas pick's default, the recipe's rule
-    from fbnas.config import rule_label  # how sample and the epoch line name the rule
-
-    assert rule_label("top1_and_macs") == "one-shot and MACs"
-    assert rule_label("naswot_theta_and_depth") == "NASWOT, theta and depth"
+    assert PICK_RULES[0] == "naswot_and_theta"  # fbnas pick's default
     assert set(PICK_RULES) == {rule for rule in RULES if not needs(rule, "top1")}
 
 

@@ -106,7 +106,7 @@ def test_pick_writes_the_best_listed_network_to_an_architecture_file(
         f"most probable networks within {ms:g} ms" in r.output
     entry = json.loads(out.read_text())["architectures"][f"pick_{ms:g}ms"]
     assert entry["sampling"]["method"] == "training_free"
-    assert entry["sampling"]["by"] == "naswot_theta_and_depth" and entry["sampling"]["of"] >= 2
+    assert entry["sampling"]["by"] == "naswot_and_theta" and entry["sampling"]["of"] >= 2
     assert entry["predicted"]["latency_us"] <= ms * 1000
     assert entry["source"]["lut"] == str(tiny_lut_file) and entry["source"]["lut_hash"]
     build_model(out, f"pick_{ms:g}ms")  # the file retrain, summary and export read
@@ -115,9 +115,8 @@ def test_pick_writes_the_best_listed_network_to_an_architecture_file(
                              "data.limit=400", "loss.form=target", f"loss.target_ms={ms}"])
     found = pick(cfg, 6, echo=quiet)
     listed = found["candidates"]
-    best = choose("naswot_theta_and_depth", naswot=[c["naswot"] for c in listed],
-                  theta=[c["log_prob"] for c in listed],
-                  depth=[sum(op != "skip" for op in c["ops"]) for c in listed])
+    best = choose("naswot_and_theta", naswot=[c["naswot"] for c in listed],
+                  theta=[c["log_prob"] for c in listed])
     assert [b["op"] for b in entry["blocks"]] == listed[best]["ops"] == found["ops"]
     assert all(c["latency_us"] <= ms * 1000 for c in listed)
     # by NASWOT alone: the listed network with the best score
