@@ -66,13 +66,18 @@ def number_problem(value: Any, high: float = FLOAT32_MAX, why: str = FLOAT32_WHY
 #: fresh copy; "theta", the network's log-probability under softmax(theta)
 RERANK_RULES = {"top1": ("top1",), "top1_and_macs": ("top1", "macs"), "naswot": ("naswot",),
                 "naswot_and_top1": ("naswot", "top1"), "naswot_and_theta": ("naswot", "theta"),
-                "naswot_and_theta_then_top1": ("naswot", "theta", "top1")}
+                "naswot_and_theta_then_top1": ("naswot", "theta", "top1"),
+                "naswot_and_theta_then_one_shot": ("naswot", "theta", "top1")}
 #: rules that score only a shortlist one-shot: rule -> (the rule that draws the shortlist up
 #: from every checked network, how many it keeps)
-SHORTLISTED_RULES = {"naswot_and_theta_then_top1": ("naswot_and_theta", 8)}
-#: rules that sum weighted z-scores instead of ranks: rule -> {figure: weight}; theta's
-#: weight is the one that came closest to the best network (docs/results.md)
-WEIGHTED_RULES = {"naswot_and_theta": {"naswot": 1.0, "theta": 0.25}}
+SHORTLISTED_RULES = {"naswot_and_theta_then_top1": ("naswot_and_theta", 8),
+                     "naswot_and_theta_then_one_shot": ("naswot_and_theta", 16)}
+#: rules that sum weighted z-scores instead of ranks (a shortlisted one's z-scores within its
+#: shortlist): rule -> {figure: weight}. Theta's weight is the one that came closest to the
+#: best network; one-shot and NASWOT weigh alike as they ranked a budget's window alike, and
+#: their sum better than either (docs/results.md, Ranking within a budget's window)
+WEIGHTED_RULES = {"naswot_and_theta": {"naswot": 1.0, "theta": 0.25},
+                  "naswot_and_theta_then_one_shot": {"top1": 1.0, "naswot": 1.0, "theta": 0.25}}
 #: how messages name each figure ("best NASWOT and theta of the 64 most probable")
 FIGURE_NAMES = {"top1": "one-shot", "macs": "MACs", "naswot": "NASWOT", "theta": "theta"}
 
@@ -952,12 +957,14 @@ def reference() -> str:
             "softmax(theta). `fbnas pick` decides by the rules without `top1`."),
             "| rule | figures | how |", "| --- | --- | --- |"]
     for rule, figures in RERANK_RULES.items():
-        if rule in WEIGHTED_RULES:
-            how = "sum of weighted z-scores: " + ", ".join(
-                f"{f} {w:g}" for f, w in WEIGHTED_RULES[rule].items())
-        elif rule in SHORTLISTED_RULES:
+        weights = ", ".join(f"{f} {w:g}" for f, w in WEIGHTED_RULES.get(rule, {}).items())
+        if rule in SHORTLISTED_RULES:
             first, size = SHORTLISTED_RULES[rule]
-            how = f"`{first}`'s best {size}, then the sum of its rank and top1's"
+            then = (f"their weighted z-scores: {weights}" if weights
+                    else "the sum of its rank and top1's")
+            how = f"`{first}`'s best {size}, then {then}"
+        elif weights:
+            how = f"sum of weighted z-scores: {weights}"
         else:
             how = "sum of ranks" if len(figures) > 1 else "the best value"
         out.append(f"| `{rule}` | {', '.join(figures)} | {how} |")

@@ -14,9 +14,13 @@ breaking ties; docs/config.md lists them):
 - a weighted rule (``naswot_and_theta``): the best weighted sum of the figures' z-scores.
   With a long list theta is then a prior over the window rather than a shortlist: NASWOT
   reaches networks theta ranked low, and the prior keeps it off networks it over-rates;
-- a shortlisted rule (``naswot_and_theta_then_top1``): its first rule's best few scored
-  one-shot, then the best sum of that rule's rank and the one-shot top-1's, so that the
-  trained weights break near-ties without a noisy one-shot score overruling a clear lead.
+- a shortlisted rule: its first rule's best few scored one-shot, then
+  (``naswot_and_theta_then_top1``) the best sum of that rule's rank and the one-shot
+  top-1's, so that the trained weights break near-ties without a noisy one-shot score
+  overruling a clear lead; or (``naswot_and_theta_then_one_shot``, also weighted) the best
+  weighted sum of the one-shot top-1's, NASWOT's and theta's z-scores within the shortlist:
+  within a budget's window, one-shot and NASWOT ranked the truth alike, and their sum
+  better than either, so among the shortlist the trained weights count as much as NASWOT.
 
 The figures: ``top1``, the one-shot val top-1 on the supernet's weights (BN re-estimated for
 each network; a pass over the held-out split a network); ``macs``, the table's multiply-adds;
@@ -88,14 +92,18 @@ def choose(rule: str, **figures: list[float]) -> int:
     if rule not in RULES:
         raise ValueError(f"unknown one-shot check rule {rule!r}")
     if rule in SHORTLISTED:
-        # the sum of two ranks among the shortlist: the first rule's score and the one-shot
-        # top-1; ties to the better first score, then to the more probable
-        from scipy.stats import rankdata
-
         keep = shortlist(rule, len(figures["top1"]), **figures)
         score = _weighted(SHORTLISTED[rule][0], figures)[keep]
-        ranks = rankdata(score) + rankdata([figures["top1"][i] for i in keep])
-        return keep[max(range(len(keep)), key=lambda j: (ranks[j], score[j], -keep[j]))]
+        if rule in WEIGHTED:
+            # the weighted z-scores within the shortlist; ties to the better first score
+            mine = _weighted(rule, {f: [figures[f][i] for i in keep] for f in WEIGHTED[rule]})
+        else:
+            # the sum of two ranks among the shortlist: the first rule's score and the
+            # one-shot top-1; ties to the better first score, then to the more probable
+            from scipy.stats import rankdata
+
+            mine = rankdata(score) + rankdata([figures["top1"][i] for i in keep])
+        return keep[max(range(len(keep)), key=lambda j: (mine[j], score[j], -keep[j]))]
     used = [figures[f] for f in RULES[rule]]
     n = range(len(used[0]))
     if rule in WEIGHTED:

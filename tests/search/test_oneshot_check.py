@@ -122,3 +122,26 @@ def test_then_top1_lets_one_shot_reorder_the_long_checks_best_8_only():
     # the likelier network 8 takes 7's place
     naswot[8], theta[8] = 312.9, 5.0
     assert sorted(shortlist(rule, 10, naswot=naswot, theta=theta)) == [0, 1, 2, 3, 4, 5, 6, 8]
+
+
+def test_then_one_shot_weighs_one_shot_like_naswot_within_the_best_16():
+    from fbnas.search.oneshot_check import shortlist
+
+    rule = "naswot_and_theta_then_one_shot"
+    # 20 equally probable networks, NASWOT falling by 1 a place: 16 and on are never scored
+    naswot, theta = [float(320 - i) for i in range(20)], [-1.0] * 20
+    assert shortlist(rule, 20, naswot=naswot, theta=theta) == list(range(16))
+    top1 = [50.0] * 16 + [None] * 4
+    assert choose(rule, naswot=naswot, theta=theta, top1=top1) == 0  # one-shot silent
+    # a one-shot lead as wide as NASWOT's spread within the shortlist outweighs 5 places of
+    # NASWOT (z-scores within the 16: one-shot's jumps by ~3.9, NASWOT's falls by ~1.1)
+    top1[5] = 60.0
+    assert choose(rule, naswot=naswot, theta=theta, top1=top1) == 5
+    # a network left off the shortlist cannot win, however well it would score one-shot
+    top1[17] = 99.0
+    assert choose(rule, naswot=naswot, theta=theta, top1=top1) == 5
+    # theta weighs in within the shortlist: equal NASWOT and one-shot go to the likelier
+    naswot, top1 = [300.0] * 20, [50.0] * 16 + [None] * 4
+    theta = [-1.0] * 20
+    theta[9] = -0.5
+    assert choose(rule, naswot=naswot, theta=theta, top1=top1) == 9
