@@ -349,9 +349,14 @@ def redecided(row: dict, by: str, truth, lut, lat, naswot: Naswot) -> dict | Non
         if not checked:
             continue
         keys = [c[0] for c in checked]
+        # the NASWOT scores the check recorded, where it did: the same as computed afresh
+        # (a fixed initialisation and images), without a forward pass a network
+        recorded = [c[3] if len(c) > 3 else None for c in checked]
+        if needs(by, "naswot"):
+            recorded = recorded if None not in recorded else naswot(keys)
         key = keys[choose(by, top1=[c[1] for c in checked],
                           macs=[lut.raw_sum(ops_of(k), "macs") for k in keys],
-                          naswot=naswot(keys) if needs(by, "naswot") else None,
+                          naswot=recorded if needs(by, "naswot") else None,
                           theta=[c[4] if len(c) > 4 else None for c in checked])]
         v = judge(truth, lat, row["budget_ms"] * 1000, key)
         out.update({who: key, f"{who}_ms": round(lat[key] / 1000, 4),
@@ -581,6 +586,9 @@ def report(args) -> None:
     if args.recipe is not None:  # one recipe's rows alone, as the README's table and picture
         rows = [r for r in rows if r["recipe"] == args.recipe]
     _, lut, truth, lat, naswot = setting(args)
+    if args.rerank_by:  # each recorded check decided again by the other rule, beside it
+        rows += [r for r in (redecided(r, args.rerank_by, truth, lut, lat, naswot)
+                             for r in rows) if r]
     if args.protocol == "sweep":
         if not rows:
             raise SystemExit("report --protocol sweep: no sweep rows (as kept by --recipe, "
@@ -590,9 +598,6 @@ def report(args) -> None:
         if args.png:  # the sweep's found networks and controls over every network
             draw(rows, truth, lat, Path(args.png))
         return
-    if args.rerank_by:  # each recorded check decided again by the other rule, beside it
-        rows += [r for r in (redecided(r, args.rerank_by, truth, lut, lat, naswot)
-                             for r in rows) if r]
     order = list(dict.fromkeys(r["recipe"] for r in rows))
     rows.sort(key=lambda r: (order.index(r["recipe"]), r["budget_ms"], r["seed"]))
     if args.by_budget:  # the short form: one line per budget, then the summary

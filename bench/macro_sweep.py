@@ -113,8 +113,10 @@ def figures(row: dict, truth) -> dict[str, float]:
 
 
 def spread(gaps: list[float]) -> str:
-    """Median, 90th percentile (linear between ranks) and worst of ``gaps``."""
-    return (f"median {statistics.median(gaps):.2f}, 90th percentile "
+    """Median, mean, 90th percentile (linear between ranks) and worst of ``gaps`` (the mean
+    as the searches against the picks are weighed: by how much, not only how often)."""
+    return (f"median {statistics.median(gaps):.2f}, mean {statistics.mean(gaps):.2f}, "
+            f"90th percentile "
             f"{float(np.percentile(gaps, 90)):.2f}, worst {max(gaps):.2f}")
 
 

@@ -207,15 +207,13 @@ def test_a_row_that_keeps_log_probabilities_is_re_decided_by_a_rule_weighing_the
                                 ["10", None, None, 1.0, -4.0]],
            "control": "11", "control_candidates": []}
     b = bench()
-    scores = {"11": 3.0, "12": 2.9, "10": 1.0}
-    again = b.redecided(row, "naswot_and_theta", truth, MacsTable(), lat,
-                        lambda keys: [scores[k] for k in keys])
+    # the NASWOT scores the check recorded: none computed afresh
+    again = b.redecided(row, "naswot_and_theta", truth, MacsTable(), lat, no_naswot)
     assert again["recipe"] == "r, re-decided by naswot_and_theta" and again["found"] == "11"
     # the same NASWOT scores with theta's log-probabilities swapped: a quarter of theta's
     # z-score turns a near-tie
     row["found_candidates"][0][4], row["found_candidates"][1][4] = -3.9, -1.0
-    again = b.redecided(row, "naswot_and_theta", truth, MacsTable(), lat,
-                        lambda keys: [scores[k] for k in keys])
+    again = b.redecided(row, "naswot_and_theta", truth, MacsTable(), lat, no_naswot)
     assert again["found"] == "12"
     # a row saved without log-probabilities cannot be re-decided by such a rule
     row["found_candidates"] = [c[:4] for c in row["found_candidates"]]

@@ -140,11 +140,12 @@ def test_report_sweep_figures_on_hand_made_rows(tmp_path, monkeypatch, capsys):
     assert lines[3] == "| 0.004 (0.5) | 2 | 20 (86.00) | 0.50 (1.00) | 0.05 (0.10) | 0.00 | 16.00 |"
     assert lines[4] == "| 0.005 (0.5) | 2 | 21 (90.00) | 10.00 (20.00) | 1.00 (2.00) | 4.00 | 20.00 |"
     # found gaps 0 1 0 20: median 0.5, 90th percentile 1 + 0.7 x 19 = 14.3; picks 0.1 0 2 0
+    # (mean 0.525, 0.52 as printed)
     assert lines[5] == (
-        "4 searches at 2 budgets; found gap median 0.50, 90th percentile 14.30, worst 20.00; "
-        "pick gap median 0.05, 90th percentile 1.43, worst 2.00; against the pick 1 won, 1 tied "
-        "(within 0.14 points, the benchmark's seed spread), 2 lost; above the window's median "
-        "random network 3/4, above the near-budget mean 3/4")
+        "4 searches at 2 budgets; found gap median 0.50, mean 5.25, 90th percentile 14.30, "
+        "worst 20.00; pick gap median 0.05, mean 0.52, 90th percentile 1.43, worst 2.00; "
+        "against the pick 1 won, 1 tied (within 0.14 points, the benchmark's seed spread), 2 "
+        "lost; above the window's median random network 3/4, above the near-budget mean 3/4")
     # from the command line: --protocol sweep keeps the sweep's rows, and the default report
     # leaves them out
     results = tmp_path / "macro.jsonl"
@@ -159,6 +160,15 @@ def test_report_sweep_figures_on_hand_made_rows(tmp_path, monkeypatch, capsys):
     png = tmp_path / "sweep.png"
     b.main(["report", "--results", str(results), "--protocol", "sweep", "--png", str(png)])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # --rerank-by adds the same searches decided by another rule from what their checks
+    # recorded: the second search's check held 20 too, whose NASWOT score leads
+    rows[1]["found_candidates"] = [["11", 50.0, 1.0, 1.0, -1.0], ["20", None, None, 3.0, -1.0]]
+    results.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    b.main(["report", "--results", str(results), "--protocol", "sweep", "--rerank-by",
+            "naswot_and_theta"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[out.index("r, re-decided by naswot_and_theta") + 4].startswith(
+        "1 searches at 1 budgets; found gap median 0.00, mean 0.00")
     # a recipe with no sweep rows says so
     with pytest.raises(SystemExit, match="no sweep rows"):
         b.main(["report", "--results", str(results), "--protocol", "sweep", "--recipe", "x"])
