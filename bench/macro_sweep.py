@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 
 from groundtruth import ops_of  # bench/, beside this file
-from macro_report import SEED_STD
+from macro_report import SEED_STD, tau
 
 #: the sweep's budgets: every 5th percentile of the space's predicted latencies, 5th to 95th
 SWEEP_QUANTILES = tuple(round(0.05 * i, 2) for i in range(1, 20))
@@ -129,6 +129,33 @@ def against_pick(rows: list[dict], truth) -> tuple[int, int, int]:
     return wins, ties, len(diff) - wins - ties
 
 
+def shortlist_taus(rows: list[dict], truth) -> dict[str, float]:
+    """Within each check's one-shot shortlist (the networks a row's check scored one-shot,
+    as ``naswot_and_theta_then_one_shot`` does), the mean Kendall tau against the truth of
+    each figure the check recorded and of the decision's own weighted score; {} where no
+    row's rule is a weighted one scored one-shot. Why: the shortlist holds the networks the
+    training-free score already rates best, so there the decision must rank by what the
+    trained weights add."""
+    from fbnas.config import WEIGHTED_RULES
+    from fbnas.search.oneshot_check import z_scores
+
+    taus: dict[str, list[float]] = {}
+    for r in rows:
+        weights = WEIGHTED_RULES.get(r.get("rerank_by"), {})
+        listed = [c for c in r.get("found_candidates") or [] if c[1] is not None]
+        if "top1" not in weights or len(listed) < 2 or any(len(c) < 5 for c in listed):
+            continue
+        values = {"one-shot": [c[1] for c in listed], "NASWOT": [c[3] for c in listed],
+                  "theta": [c[4] for c in listed]}
+        named = {"top1": "one-shot", "naswot": "NASWOT", "theta": "theta"}
+        values["the decision"] = list(sum(w * z_scores(values[named[f]])
+                                          for f, w in weights.items()))
+        true = [truth[c[0]] for c in listed]
+        for name, v in values.items():
+            taus.setdefault(name, []).append(tau(v, true))
+    return {name: float(np.nanmean(t)) for name, t in taus.items()}
+
+
 def report_sweep(rows: list[dict], truth, echo: Callable[[str], None] = print) -> None:
     """For each recipe among the sweep ``rows``: per budget the gaps to the oracle of the
     found networks, the picks, the most-MACs network and the window's median random network;
@@ -162,3 +189,7 @@ def report_sweep(rows: list[dict], truth, echo: Callable[[str], None] = print) -
              f"tied (within {SEED_STD} points, the benchmark's seed spread), {losses} lost; "
              f"above the window's median random network {above_random}/{n}, above the "
              f"near-budget mean {above_near}/{n}")
+        taus = shortlist_taus(mine, truth)
+        if taus:
+            echo("within each check's one-shot shortlist, mean Kendall tau against the "
+                 "truth: " + ", ".join(f"{k} {v:.2f}" for k, v in taus.items()))

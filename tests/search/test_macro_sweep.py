@@ -172,3 +172,25 @@ def test_report_sweep_figures_on_hand_made_rows(tmp_path, monkeypatch, capsys):
     # a recipe with no sweep rows says so
     with pytest.raises(SystemExit, match="no sweep rows"):
         b.main(["report", "--results", str(results), "--protocol", "sweep", "--recipe", "x"])
+
+
+def test_the_shortlist_taus_say_what_the_one_shot_check_ranked_within_its_shortlist():
+    """Over the networks a check scored one-shot: each recorded figure's Kendall tau and the
+    decision's own weighted score's, averaged over the rows whose rule weighs one-shot."""
+    truth, _ = tiny_truth()
+    row = sweep_row(5.0, 1, "21", "12")
+    # true order 21 (90) > 12 (88) > 11 (85) > 10 (75); the last was not shortlisted
+    row["rerank_by"] = "naswot_and_theta_then_one_shot"
+    row["found_candidates"] = [["11", 30.0, 1.0, 9.0, -1.0], ["12", 40.0, 1.0, 8.0, -2.0],
+                               ["21", 50.0, 1.0, 7.0, -3.0], ["10", None, None, 1.0, -4.0]]
+    taus = macro_sweep.shortlist_taus([row], truth)
+    assert taus["one-shot"] == pytest.approx(1.0) and taus["NASWOT"] == pytest.approx(-1.0)
+    assert taus["theta"] == pytest.approx(-1.0)
+    # the decision: one-shot's z-scores against NASWOT's, cancelling, and a quarter of
+    # theta's, reversed: the decision ranks as theta
+    assert taus["the decision"] == pytest.approx(-1.0)
+    # a row decided by a rule that scores nothing one-shot, or that records no
+    # log-probabilities, adds nothing
+    assert macro_sweep.shortlist_taus([dict(row, rerank_by="naswot_and_theta")], truth) == {}
+    short = dict(row, found_candidates=[c[:4] for c in row["found_candidates"]])
+    assert macro_sweep.shortlist_taus([short], truth) == {}
