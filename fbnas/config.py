@@ -83,8 +83,10 @@ FIGURE_NAMES = {"top1": "one-shot", "macs": "MACs", "naswot": "NASWOT", "theta":
 
 
 def rule_label(rule: str) -> str:
-    """A rule's figures as messages name them, e.g. "one-shot and MACs"."""
-    return " and ".join(FIGURE_NAMES[f] for f in RERANK_RULES[rule])
+    """A rule's figures as messages name them, e.g. "one-shot and MACs" or "NASWOT, theta
+    and one-shot"."""
+    names = [FIGURE_NAMES[f] for f in RERANK_RULES[rule]]
+    return " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 #: the rules that score every checked network one-shot, a pass over the val split each, so a
