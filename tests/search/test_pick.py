@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -41,11 +43,15 @@ def test_the_prior_takes_as_many_theta_steps_as_a_search_of_the_config(
     assert search_theta_steps(cfg, len(splits["weights"]), len(splits["theta"])) == taken > 0
 
 
-def test_the_prior_follows_the_budget_without_seeing_data(tiny_lut_file):
+def test_the_prior_follows_the_budget_without_seeing_data():
     """Theta moved by the cost term alone favours slower candidates under a larger budget, and
-    is the same wherever the data set is: no image takes part."""
+    is the same wherever the data set is: no image takes part. On the shipped table: with the
+    rough one the tests time as they start (milliseconds a candidate), the two priors came out
+    nearly equal, and on a loaded machine once in the wrong order."""
     from fbnas.arch.space import load_space
     from fbnas.latency.lut import load_lut
+
+    tiny_lut_file = Path(__file__).resolve().parents[2] / "lookup_tables" / "tiny_ort.json"
 
     space = load_space("tiny")
     lut = load_lut(tiny_lut_file, space)
