@@ -349,14 +349,15 @@ def redecided(row: dict, by: str, truth, lut, lat, naswot: Naswot) -> dict | Non
         if not checked:
             continue
         keys = [c[0] for c in checked]
-        # the NASWOT scores the check recorded, where it did: the same as computed afresh
-        # (a fixed initialisation and images), without a forward pass a network
-        recorded = [c[3] if len(c) > 3 else None for c in checked]
+        scores = None
         if needs(by, "naswot"):
-            recorded = recorded if None not in recorded else naswot(keys)
+            # the NASWOT scores the check recorded, where it did: the same as computed afresh
+            # (a fixed initialisation and images), without a forward pass a network
+            scores = [c[3] if len(c) > 3 else None for c in checked]
+            scores = scores if None not in scores else naswot(keys)
         key = keys[choose(by, top1=[c[1] for c in checked],
                           macs=[lut.raw_sum(ops_of(k), "macs") for k in keys],
-                          naswot=recorded if needs(by, "naswot") else None,
+                          naswot=scores,
                           theta=[c[4] if len(c) > 4 else None for c in checked])]
         v = judge(truth, lat, row["budget_ms"] * 1000, key)
         out.update({who: key, f"{who}_ms": round(lat[key] / 1000, 4),

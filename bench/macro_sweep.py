@@ -116,8 +116,7 @@ def spread(gaps: list[float]) -> str:
     """Median, mean, 90th percentile (linear between ranks) and worst of ``gaps`` (the mean
     as the searches against the picks are weighed: by how much, not only how often)."""
     return (f"median {statistics.median(gaps):.2f}, mean {statistics.mean(gaps):.2f}, "
-            f"90th percentile "
-            f"{float(np.percentile(gaps, 90)):.2f}, worst {max(gaps):.2f}")
+            f"90th percentile {float(np.percentile(gaps, 90)):.2f}, worst {max(gaps):.2f}")
 
 
 def against_pick(rows: list[dict], truth) -> tuple[int, int, int]:
@@ -136,20 +135,20 @@ def shortlist_taus(rows: list[dict], truth) -> dict[str, float]:
     row's rule is a weighted one scored one-shot. Why: the shortlist holds the networks the
     training-free score already rates best, so there the decision must rank by what the
     trained weights add."""
-    from fbnas.config import WEIGHTED_RULES
-    from fbnas.search.oneshot_check import z_scores
+    from fbnas.config import FIGURE_NAMES, WEIGHTED_RULES
+    from fbnas.search.oneshot_check import weighted_score
 
     taus: dict[str, list[float]] = {}
     for r in rows:
-        weights = WEIGHTED_RULES.get(r.get("rerank_by"), {})
+        rule = r.get("rerank_by")
         listed = [c for c in r.get("found_candidates") or [] if c[1] is not None]
-        if "top1" not in weights or len(listed) < 2 or any(len(c) < 5 for c in listed):
+        if ("top1" not in WEIGHTED_RULES.get(rule, {}) or len(listed) < 2
+                or any(len(c) < 5 for c in listed)):
             continue
-        values = {"one-shot": [c[1] for c in listed], "NASWOT": [c[3] for c in listed],
-                  "theta": [c[4] for c in listed]}
-        named = {"top1": "one-shot", "naswot": "NASWOT", "theta": "theta"}
-        values["the decision"] = list(sum(w * z_scores(values[named[f]])
-                                          for f, w in weights.items()))
+        figures = {"top1": [c[1] for c in listed], "naswot": [c[3] for c in listed],
+                   "theta": [c[4] for c in listed]}
+        values = {FIGURE_NAMES[f]: v for f, v in figures.items()}
+        values["the decision"] = list(weighted_score(rule, figures))
         true = [truth[c[0]] for c in listed]
         for name, v in values.items():
             taus.setdefault(name, []).append(tau(v, true))

@@ -68,8 +68,9 @@ def z_scores(values) -> np.ndarray:
     return np.zeros_like(v) if sd == 0 else (v - v.mean()) / sd
 
 
-def _weighted(rule: str, figures: dict) -> np.ndarray:
-    """A WEIGHTED rule's score of each network: the weighted sum of its figures' z-scores."""
+def weighted_score(rule: str, figures: dict) -> np.ndarray:
+    """A WEIGHTED rule's score of each network: the weighted sum of its figures' z-scores
+    (the benches score recorded checks with it too)."""
     return sum(w * z_scores(figures[f]) for f, w in WEIGHTED[rule].items())
 
 
@@ -81,7 +82,7 @@ def shortlist(rule: str, n: int, **figures: list[float]) -> list[int]:
     if rule not in SHORTLISTED:
         return list(range(n))
     first, size = SHORTLISTED[rule]
-    score, lead = _weighted(first, figures), figures[RULES[first][0]]
+    score, lead = weighted_score(first, figures), figures[RULES[first][0]]
     return sorted(range(len(score)), key=lambda i: (-score[i], -lead[i], i))[:size]
 
 
@@ -93,10 +94,10 @@ def choose(rule: str, **figures: list[float]) -> int:
         raise ValueError(f"unknown one-shot check rule {rule!r}")
     if rule in SHORTLISTED:
         keep = shortlist(rule, len(figures["top1"]), **figures)
-        score = _weighted(SHORTLISTED[rule][0], figures)[keep]
+        score = weighted_score(SHORTLISTED[rule][0], figures)[keep]
         if rule in WEIGHTED:
             # the weighted z-scores within the shortlist; ties to the better first score
-            mine = _weighted(rule, {f: [figures[f][i] for i in keep] for f in WEIGHTED[rule]})
+            mine = weighted_score(rule, {f: [figures[f][i] for i in keep] for f in WEIGHTED[rule]})
         else:
             # the sum of two ranks among the shortlist: the first rule's score and the
             # one-shot top-1; ties to the better first score, then to the more probable
@@ -107,7 +108,7 @@ def choose(rule: str, **figures: list[float]) -> int:
     used = [figures[f] for f in RULES[rule]]
     n = range(len(used[0]))
     if rule in WEIGHTED:
-        score = _weighted(rule, figures)
+        score = weighted_score(rule, figures)
         return max(n, key=lambda i: (score[i], used[0][i], -i))
     if len(used) == 1:
         return max(n, key=lambda i: (used[0][i], -i))
