@@ -1,19 +1,22 @@
 """Latency budgets: does the search beat cheaper ways to the same latency?
 
-budget: one search under a latency budget (--target-ms), and the network it finds (the most
-probable one within the budget) against two cheaper ways to the same latency: random
-networks of equal predicted latency (+-TOL), and a cost-only control, the same search with
-theta moved by the latency term alone (no cross-entropy; theta never sees the weights then,
-so the control replays the search's theta steps without training them). Every network is
-retrained with the same budget; the found one and the control with every --seeds value. The
-found network is also timed (the table's runtime). One invocation per budget appends one
-JSON line to --results; ``report`` draws the table and the picture from that file, and
-``longer`` retrains a row's found network and control again for more epochs; ``report
---recipe NAME`` keeps one recipe's rows.
+budget: one search under a latency budget (--target-ms), and the network it finds (the
+search's check's decision) against three cheaper ways to the same latency: random networks
+within the budget's band (predicted latency between loss.target_floor times the budget and
+the budget; +-TOL of the found one's where the floor is 0), a cost-only control (the same
+search with theta moved by the latency term alone, no cross-entropy: the control replays the
+search's theta steps without training them) and ``fbnas pick``'s network (that prior checked
+by NASWOT and theta, no training). Every network is retrained with every --seeds value, the
+same budget of epochs each. The found network is also timed (the table's runtime). One
+invocation per budget appends one JSON line to --results; ``report`` draws the table and the
+picture from that file, and ``longer`` retrains a row's found network and control again for
+more epochs; ``report --recipe NAME`` keeps one recipe's rows.
 ``--jobs J`` retrains J networks at a time, each in its own process with --threads / J
 threads (budget and longer modes).
 
     python bench/bench_budget.py budget --target-ms 1.0 --results bench/results/budget.jsonl
+    python bench/bench_budget.py budget --config configs/fbnet_budget.yaml --target-ms 1.8 \
+        --retrain-epochs 15 --randoms 4 --jobs 2
     python bench/bench_budget.py longer --target-ms 3.0 --retrain-epochs 15 --seeds 0
     python bench/bench_budget.py report --results bench/results/budget.jsonl --png budget.png
 
@@ -38,7 +41,8 @@ from fbnas.search.latency_prior import latency_prior
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_common import (common_options, fmt_ops, parse, per_epoch,  # noqa: E402
-                          random_matching, retrain_many, search, search_config, trained_on)
+                          random_between, random_matching, retrain_many, search,
+                          search_config, trained_on)
 
 
 def theta_steps_taken(raw: dict) -> int:
@@ -57,6 +61,7 @@ def budget(args) -> None:
         raise SystemExit("budget mode needs --target-ms")
     out = Path(args.out or f"runs/bench-budget/{args.target_ms:g}ms")
     sets = ["loss.form=target", f"loss.target_ms={args.target_ms}"]
+    args.set = [*args.set, *sets]  # retrains load the config too: a budget config needs one
     if not (args.reuse_search and (out / "search" / LAST).is_file()):
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
@@ -76,15 +81,21 @@ def budget(args) -> None:
     control_probs = latency_prior(cfg, ck.space, lut, theta_steps_taken(raw))
     control = ops_in_window(lut, ck.space, control_probs, budget.us, budget.floor)
     lat = lut.predict(found)
-    randoms = random_matching(lut, lat, args.randoms, args.tol, args.seed)
+    picked = pick_at_budget(cfg)
+    if budget.floor:  # the band the search's check chooses from
+        randoms = random_between(lut, budget.floor * budget.us, budget.us, args.randoms,
+                                 args.seed)
+    else:
+        randoms = random_matching(lut, lat, args.randoms, args.tol, args.seed)
     print(f"budget {args.target_ms:g} ms: search {len(hist)} epochs in "
           f"{sum(r['seconds'] for r in hist) / 60:.1f} min", flush=True)
     print(f"  supernet val top-1 per epoch {per_epoch(hist, 'val_top1')}")
     print(f"  found net val top-1 per epoch (supernet weights) "
           f"{per_epoch(hist, 'found_val_top1')}")
     print(f"  found:   {fmt_ops(found)} ({lat / 1000:.3f} ms, {found.count('skip')} skip)")
-    print(f"  control: {fmt_ops(control)} ({lut.predict(control) / 1000:.3f} ms, "
-          f"{control.count('skip')} skip)", flush=True)
+    for name, ops in (("control", control), ("pick", picked)):
+        print(f"  {name + ':':8} {fmt_ops(ops)} ({lut.predict(ops) / 1000:.3f} ms, "
+              f"{ops.count('skip')} skip)", flush=True)
     defn = ck.space.definition(found, "found")
     measured, retimed = measure_latency(defn, lut.threads, lut.batch, rounds=args.time_rounds,
                                         lut=lut, ops=found, runtime=lut.runtime)
@@ -92,12 +103,12 @@ def budget(args) -> None:
     t0 = time.monotonic()
     space = ck.space
 
-    todo = [(found, "found", s) for s in args.seeds] + [(control, "control", s)
-                                                         for s in args.seeds]
-    todo += [(r, f"random{i}", args.seeds[0]) for i, r in enumerate(randoms)]
+    # every network with every seed: a mean of seeds for each, the randoms' too
+    named = [(found, "found"), (control, "control"), (picked, "pick")]
+    named += [(r, f"random{i}") for i, r in enumerate(randoms)]
+    todo = [(ops, name, s) for ops, name in named for s in args.seeds]
     done = iter(r["top1"] for r in retrain_many(args, space, todo, out))
-    found_top1 = [next(done) for _ in args.seeds]
-    control_top1 = [next(done) for _ in args.seeds]
+    found_top1, control_top1, pick_top1 = ([next(done) for _ in args.seeds] for _ in range(3))
     row = {
         "target_ms": args.target_ms, "config": args.config, "sets": args.set,
         "loss": {"target_on": cfg.loss.target_on, "target_weight": cfg.loss.target_weight,
@@ -120,8 +131,11 @@ def budget(args) -> None:
                   "top1": found_top1},
         "control": {"ops": control, "predicted_ms": round(lut.predict(control) / 1000, 4),
                     "top1": control_top1},
+        "pick": {"ops": picked, "predicted_ms": round(lut.predict(picked) / 1000, 4),
+                 "top1": pick_top1},
         "random": [{"ops": r, "predicted_ms": round(lut.predict(r) / 1000, 4),
-                    "top1": [next(done)]} for r in randoms],
+                    "top1": [next(done) for _ in args.seeds]} for r in randoms],
+        "random_band": "budget" if budget.floor else f"found +-{args.tol:g}",
         "retrain_minutes": round((time.monotonic() - t0) / 60, 2),
         "trained_on": trained_on(cfg), "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d"),
@@ -132,6 +146,17 @@ def budget(args) -> None:
         f.write(json.dumps(row) + "\n")
     print_report([row])
     print(f"appended to {results}")
+
+
+def pick_at_budget(cfg) -> list[str]:
+    """``fbnas pick``'s network for the search's config and budget: the latency term's
+    prior, then its ``search.rerank`` most probable networks within the budget decided by
+    NASWOT and the prior (what the search's check would keep without a supernet)."""
+    from fbnas.config import PICK_RULES
+    from fbnas.search.pick import DEFAULT_NETWORKS, pick
+
+    return pick(cfg, cfg.search.rerank or DEFAULT_NETWORKS, PICK_RULES[0],
+                echo=lambda line: None)["ops"]
 
 
 def recipe(row: dict) -> str:
@@ -164,17 +189,22 @@ def recipe(row: dict) -> str:
 
 
 def verdict(row: dict) -> dict:
-    """The found network's mean top-1 against the control and the random ones."""
+    """The found network's mean top-1 against the control, fbnas pick's network (rows from
+    before it was recorded have none: NaN) and the random ones. It beats the control or the
+    pick by more than the larger spread of seeds of the two."""
     import statistics as st
 
-    f, c = row["found"]["top1"], row["control"]["top1"]
+    def mean_sd(top1: list[float]) -> tuple[float, float]:
+        return st.mean(top1), st.pstdev(top1) if len(top1) > 1 else 0.0
+
+    (f, f_sd), (c, c_sd) = mean_sd(row["found"]["top1"]), mean_sd(row["control"]["top1"])
+    p, p_sd = mean_sd(row["pick"]["top1"]) if "pick" in row else (float("nan"), 0.0)
     rand = [st.mean(r["top1"]) for r in row["random"]]
-    spread = max(st.pstdev(f) if len(f) > 1 else 0, st.pstdev(c) if len(c) > 1 else 0)
-    return {"found": st.mean(f), "found_sd": st.pstdev(f) if len(f) > 1 else 0.0,
-            "control": st.mean(c), "control_sd": st.pstdev(c) if len(c) > 1 else 0.0,
-            "beats_control": st.mean(f) - st.mean(c) > spread,
+    return {"found": f, "found_sd": f_sd, "control": c, "control_sd": c_sd,
+            "beats_control": f - c > max(f_sd, c_sd), "pick": p, "pick_sd": p_sd,
+            "beats_pick": f - p > max(f_sd, p_sd),
             "random_median": st.median(rand) if rand else float("nan"),
-            "beaten": sum(st.mean(f) > v for v in rand), "randoms": len(rand)}
+            "beaten": sum(f > v for v in rand), "randoms": len(rand)}
 
 
 def print_report(rows: list[dict], with_recipe: bool = True) -> None:
@@ -182,9 +212,9 @@ def print_report(rows: list[dict], with_recipe: bool = True) -> None:
     (``with_recipe`` false: report --recipe prints the name once above it)."""
     loss = "loss | " if with_recipe else ""
     print(f"| budget ms | {loss}found ms (predicted / measured) | skip | found top-1 % | control "
-          "ms | control top-1 % | random top-1 % (median, n) | found beats | supernet val top-1 "
-          "(last) | found net val top-1 (last) |")
-    print("|---|---|---|---|---|---|---|---|---|---|" + ("---|" if with_recipe else ""))
+          "ms | control top-1 % | pick top-1 % | random top-1 % (median, n) | found beats | "
+          "supernet val top-1 (last) | found net val top-1 (last) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if with_recipe else ""))
     for row in sorted(rows, key=lambda r: (recipe(r), r["target_ms"])):
         v, fd, ct = verdict(row), row["found"], row["control"]
         randoms, beaten = "none (0)", "no random networks"  # --randoms 0
@@ -192,15 +222,24 @@ def print_report(rows: list[dict], with_recipe: bool = True) -> None:
             randoms = f"{v['random_median']:.2f} ({v['randoms']})"
             beaten = (f"{v['beaten']}/{v['randoms']} random "
                       f"({100 * v['beaten'] / v['randoms']:.0f}th pct)")
+        picked, beats = "not run", ""  # rows from before the pick was recorded
+        if "pick" in row:
+            picked = f"{v['pick']:.2f} +- {v['pick_sd']:.2f}"
+            beats = f"pick: {'yes' if v['beats_pick'] else 'no'}; "
         name = f"{recipe(row)} | " if with_recipe else ""
         print(f"| {row['target_ms']:g} | {name}{fd['predicted_ms']:.3f} / "
               f"{fd['measured_ms']:.3f} "
               f"| {fd['ops'].count('skip')}/{len(fd['ops'])} | {v['found']:.2f} +- "
               f"{v['found_sd']:.2f} | {ct['predicted_ms']:.3f} | {v['control']:.2f} +- "
-              f"{v['control_sd']:.2f} | {randoms} | control: "
-              f"{'yes' if v['beats_control'] else 'no'}; {beaten} | "
-              f"{row['supernet_val_top1'][-1]:.2f} | "
-              f"{row['found_val_top1'][-1]:.2f} |")
+              f"{v['control_sd']:.2f} | {picked} | {randoms} | control: "
+              f"{'yes' if v['beats_control'] else 'no'}; {beats}{beaten} | "
+              f"{last_scored(row['supernet_val_top1']):.2f} | "
+              f"{last_scored(row['found_val_top1']):.2f} |")
+
+
+def last_scored(per_epoch_top1: list) -> float:
+    """The last epoch's score that was measured (search.evaluate_every leaves others null)."""
+    return next((t for t in reversed(per_epoch_top1) if t is not None), float("nan"))
 
 
 def draw(rows: list[dict], png: Path) -> None:
@@ -225,10 +264,15 @@ def draw(rows: list[dict], png: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 6), dpi=120)
     rx = [r["predicted_ms"] for row in newest for r in row["random"]]
     ry = [st.mean(r["top1"]) for row in newest for r in row["random"]]
-    ax.scatter(rx, ry, color="0.6", s=18, label="random, equal latency (newest recipe)")
+    ax.scatter(rx, ry, color="0.6", s=18, label="random, within the band (newest recipe)")
     ax.scatter([row["control"]["predicted_ms"] for row in newest],
                [st.mean(row["control"]["top1"]) for row in newest], marker="x", color="tab:red",
                label="cost-only control (newest recipe)")
+    picked = [row for row in newest if "pick" in row]
+    if picked:
+        ax.scatter([row["pick"]["predicted_ms"] for row in picked],
+                   [st.mean(row["pick"]["top1"]) for row in picked], marker="^",
+                   color="tab:green", label="fbnas pick, no training (newest recipe)")
     for i, name in enumerate(recipes):
         mine = [row for row in rows if recipe(row) == name]
         ax.plot([row["found"]["predicted_ms"] for row in mine],

@@ -69,9 +69,17 @@ def reused_search(args, out: Path) -> tuple[list[str], dict]:
 def random_matching(lut, ops_like: float, n: int, tol: float, seed: int,
                     tries: int = 200_000) -> list[list[str]]:
     """``n`` distinct random architectures with predicted latency within ``tol`` of
-    ``ops_like``. Each draw picks a skip share uniformly, then each layer is skip with that
-    probability and otherwise a uniformly drawn non-skip candidate, so that skip-heavy and
-    full networks alike can match."""
+    ``ops_like`` (:func:`random_between`)."""
+    return random_between(lut, ops_like * (1 - tol), ops_like * (1 + tol), n, seed, tries)
+
+
+def random_between(lut, lo_us: float, hi_us: float, n: int, seed: int,
+                   tries: int = 200_000) -> list[list[str]]:
+    """``n`` distinct random architectures with predicted latency in [``lo_us``,
+    ``hi_us``]: within a budget's band, networks that spend it as the found one does. Each
+    draw picks a skip share uniformly, then each layer is skip with that probability and
+    otherwise a uniformly drawn non-skip candidate, so that skip-heavy and full networks
+    alike can match."""
     rng = random.Random(seed)
     cands = lut.layer_candidates()
     found: dict[tuple, None] = {}
@@ -79,7 +87,7 @@ def random_matching(lut, ops_like: float, n: int, tol: float, seed: int,
         q = rng.random()
         ops = tuple("skip" if "skip" in c and rng.random() < q
                     else rng.choice([o for o in c if o != "skip"] or c) for c in cands)
-        if abs(lut.predict(list(ops)) / ops_like - 1) <= tol:
+        if lo_us <= lut.predict(list(ops)) <= hi_us:
             found[ops] = None
             if len(found) == n:
                 break

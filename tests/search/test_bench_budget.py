@@ -43,6 +43,20 @@ def test_verdict_needs_more_than_the_seed_spread():
     assert not close["beats_control"]  # 0.75 apart, seeds 1.0 apart
 
 
+def test_verdict_weighs_the_pick_and_means_each_randoms_seeds():
+    """A row with fbnas pick's network: the found one beats it only beyond both spreads of
+    seeds; a random network retrained with two seeds counts by its mean."""
+    b = bench()
+    r = row(1.0, [40.0, 42.0], [37.0, 37.0], [])
+    r["random"] = [{"ops": [], "predicted_ms": 1.0, "top1": [38.0, 44.0]},
+                   {"ops": [], "predicted_ms": 1.0, "top1": [30.0, 32.0]}]
+    r["pick"] = {"ops": [], "predicted_ms": 0.97, "top1": [39.0, 41.0]}
+    v = b.verdict(r)
+    assert v["pick"] == 40.0 and not v["beats_pick"] and v["beaten"] == 1  # 41 > 31, not > 41
+    assert b.verdict({**r, "pick": {**r["pick"], "top1": [38.0, 38.5]}})["beats_pick"]
+    assert b.verdict(row(1.0, [40.0], [37.0], []))["pick"] != b.verdict(r)["pick"]  # NaN
+
+
 def test_recipe_names_what_differs_from_the_old_defaults():
     b = bench()
     old = row(1.0, [40.0], [37.0], [])  # rows written before the lr was recorded: 0.1
@@ -84,6 +98,19 @@ def test_report_prints_every_budget_and_draws(tmp_path, capsys):
              line.startswith("| 2 ")]
     assert [line.split()[1] for line in lines] == ["0.6", "2"]  # sorted by budget
     assert "control: yes" in out and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| not run |" in out  # rows from before the pick was recorded
+
+
+def test_report_prints_the_pick_and_skips_unscored_epochs(tmp_path, capsys):
+    r = row(1.0, [40.0, 41.0], [35.0, 35.5], [33.0, 38.0])
+    r["pick"] = {"ops": ["skip"], "predicted_ms": 0.95, "top1": [38.0, 39.0]}
+    r["supernet_val_top1"] = [None, 28.5, None]  # search.evaluate_every left epoch 3 unscored
+    results = tmp_path / "budget.jsonl"
+    results.write_text(json.dumps(r) + "\n")
+    bench().report(type("Args", (), {"results": str(results), "png": str(tmp_path / "b.png")}))
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("| 1 "))
+    assert "| 38.50 +- 0.50 |" in line and "control: yes; pick: yes; 2/2 random" in line
+    assert "| 28.50 |" in line
 
 
 def test_report_keeps_one_recipe_and_says_when_it_was_measured(tmp_path, capsys):
@@ -208,3 +235,41 @@ def test_random_matching_draws_as_many_networks_as_asked(tiny_lut_data, tmp_path
     assert len(drawn) == 3 and len({tuple(d) for d in drawn}) == 3
     assert all(abs(lut.predict(d) / middle - 1) <= 0.5 for d in drawn)
     assert common().random_matching(lut, middle, 0, tol=0.5, seed=0, tries=20_000) == []
+
+
+def test_random_between_stays_in_the_band(tiny_lut_data, tmp_path):
+    """Random networks within a budget's band [floor * B, B]: what the check chooses from."""
+    from fbnas.arch.space import load_space
+    from fbnas.io import write_json
+    from fbnas.latency.lut import load_lut
+
+    write_json(tmp_path / "tiny.json", tiny_lut_data)
+    lut = load_lut(tmp_path / "tiny.json", load_space("tiny"))
+    middle = lut.predict([c[0] for c in lut.layer_candidates()])
+    drawn = common().random_between(lut, 0.7 * middle, middle, 4, seed=1, tries=20_000)
+    assert len({tuple(d) for d in drawn}) == len(drawn) >= 2
+    assert all(0.7 * middle <= lut.predict(d) <= middle for d in drawn)
+
+
+@pytest.mark.slow  # a search, a pick and seven one-epoch retrains on the CIFAR-10 subset
+def test_budget_row_holds_the_pick_and_band_randoms_with_every_seed(tmp_path, capsys):
+    """budget mode on the bundled budget recipe: found, control, fbnas pick's network and
+    random networks within the band [floor * B, B], each retrained with every seed."""
+    import argparse
+
+    from tests.conftest import CIFAR_SUBSET
+
+    b = bench()
+    results = tmp_path / "budget.jsonl"
+    args = argparse.Namespace(
+        config="budget", out=str(tmp_path / "out"), search_epochs=2, retrain_epochs=1,
+        randoms=2, tol=0.1, seeds=[0, 1], seed=0, threads=1, jobs=1, search_seed=0,
+        set=["space=tiny", "lut=lookup_tables/tiny_ort.json", f"data.dir={CIFAR_SUBSET}",
+             "data.limit=400", "data.batch_size=32", "run.device=cpu"],
+        reuse_search=False, resume=False, target_ms=0.03, results=str(results), time_rounds=2)
+    b.budget(args)
+    r = json.loads(results.read_text())
+    assert r["rerank_by"] == "naswot_and_theta_then_one_shot" and r["random_band"] == "budget"
+    for net in [r["found"], r["control"], r["pick"], *r["random"]]:
+        assert len(net["top1"]) == 2 and 0.9 * 0.03 <= net["predicted_ms"] <= 0.03
+    assert "pick top-1 %" in capsys.readouterr().out
