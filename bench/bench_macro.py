@@ -653,8 +653,8 @@ def main(argv: list[str] | None = None) -> None:
                          "search's search.rerank (0: the most probable)")
     ap.add_argument("--rerank-by", choices=RULES, default=None,
                     help="decide by this search.rerank_by instead of the search's; report: "
-                         "add each recorded check decided again by it (not by "
-                         "naswot_and_theta: rows keep no theta; re-decide the runs with score)")
+                         "add each recorded check decided again by it (rules that weigh theta: "
+                         "rows from 2026-12-06 on, which keep each network's log-probability)")
     ap.add_argument("--alternatives", choices=["yes", "no"], default=None,
                     help="score: check each layer's alternatives too "
                          "(search.rerank_alternatives), or not, whatever the search did")
