@@ -152,11 +152,9 @@ def pick_at_budget(cfg) -> list[str]:
     """``fbnas pick``'s network for the search's config and budget: the latency term's
     prior, then its ``search.rerank`` most probable networks within the budget decided by
     NASWOT and the prior (what the search's check would keep without a supernet)."""
-    from fbnas.config import PICK_RULES
     from fbnas.search.pick import DEFAULT_NETWORKS, pick
 
-    return pick(cfg, cfg.search.rerank or DEFAULT_NETWORKS, PICK_RULES[0],
-                echo=lambda line: None)["ops"]
+    return pick(cfg, cfg.search.rerank or DEFAULT_NETWORKS, echo=lambda line: None)["ops"]
 
 
 def recipe(row: dict) -> str:
