@@ -63,23 +63,37 @@ def number_problem(value: Any, high: float = FLOAT32_MAX, why: str = FLOAT32_WHY
 #: applies them; fbnas pick decides by those that need no supernet): rule -> the figures
 #: whose ranks it sums, the first breaking ties. Figures: "top1", the one-shot top-1 on the
 #: val split; "macs", the network's multiply-adds; "naswot", the training-free score of a
-#: fresh copy; "theta", the network's log-probability under softmax(theta)
+#: fresh copy; "theta", the network's log-probability under softmax(theta); "depth", the
+#: number of layers that are not ``skip``
 RERANK_RULES = {"top1": ("top1",), "top1_and_macs": ("top1", "macs"), "naswot": ("naswot",),
                 "naswot_and_top1": ("naswot", "top1"), "naswot_and_theta": ("naswot", "theta"),
                 "naswot_and_theta_then_top1": ("naswot", "theta", "top1"),
-                "naswot_and_theta_then_one_shot": ("naswot", "theta", "top1")}
+                "naswot_and_theta_then_one_shot": ("naswot", "theta", "top1"),
+                "naswot_and_theta_deepest": ("naswot", "theta", "depth"),
+                "naswot_and_theta_deepest_then_one_shot": ("naswot", "theta", "top1", "depth")}
 #: rules that score only a shortlist one-shot: rule -> (the rule that draws the shortlist up
 #: from every checked network, how many it keeps)
 SHORTLISTED_RULES = {"naswot_and_theta_then_top1": ("naswot_and_theta", 8),
-                     "naswot_and_theta_then_one_shot": ("naswot_and_theta", 16)}
+                     "naswot_and_theta_then_one_shot": ("naswot_and_theta", 16),
+                     "naswot_and_theta_deepest": ("naswot_and_theta", 16),
+                     "naswot_and_theta_deepest_then_one_shot": ("naswot_and_theta", 16)}
+#: shortlisted rules under which only the shortlist's deepest networks (the fewest ``skip``
+#: layers) compete. Why: on NAS-Bench-Macro a budget's best networks have few skip layers
+#: (the benchmark's mean top-1 falls from 92.6% with none to 88.9% with four), while both
+#: the one-shot top-1 (shallow paths train fastest) and NASWOT kept 4-skip networks over the
+#: near-best 2-skip ones of the same shortlist (docs/notebook/macro-one-shot-check.md)
+DEEPEST_RULES = ("naswot_and_theta_deepest", "naswot_and_theta_deepest_then_one_shot")
 #: rules that sum weighted z-scores instead of ranks (a shortlisted one's z-scores within its
 #: shortlist): rule -> {figure: weight}. Theta's weight is the one that came closest to the
 #: best network; one-shot and NASWOT weigh alike as they ranked a budget's window alike, and
 #: their sum better than either (docs/results.md, Ranking within a budget's window)
 WEIGHTED_RULES = {"naswot_and_theta": {"naswot": 1.0, "theta": 0.25},
-                  "naswot_and_theta_then_one_shot": {"top1": 1.0, "naswot": 1.0, "theta": 0.25}}
+                  "naswot_and_theta_then_one_shot": {"top1": 1.0, "naswot": 1.0, "theta": 0.25},
+                  "naswot_and_theta_deepest_then_one_shot": {"top1": 1.0, "naswot": 1.0,
+                                                             "theta": 0.25}}
 #: how messages name each figure ("best NASWOT and theta of the 64 most probable")
-FIGURE_NAMES = {"top1": "one-shot", "macs": "MACs", "naswot": "NASWOT", "theta": "theta"}
+FIGURE_NAMES = {"top1": "one-shot", "macs": "MACs", "naswot": "NASWOT", "theta": "theta",
+                "depth": "depth"}
 
 
 def rule_label(rule: str) -> str:
@@ -956,15 +970,18 @@ def reference() -> str:
             "The figures each rule compares the checked networks by (the first breaks ties): "
             "`top1` the one-shot val top-1, `macs` the multiply-adds, `naswot` the "
             "training-free score of a fresh copy, `theta` the log-probability under "
-            "softmax(theta). `fbnas pick` decides by the rules without `top1`."),
+            "softmax(theta), `depth` the number of layers that are not `skip`. `fbnas pick` "
+            "decides by the rules without `top1`."),
             "| rule | figures | how |", "| --- | --- | --- |"]
     for rule, figures in RERANK_RULES.items():
         weights = ", ".join(f"{f} {w:g}" for f, w in WEIGHTED_RULES.get(rule, {}).items())
         if rule in SHORTLISTED_RULES:
             first, size = SHORTLISTED_RULES[rule]
             then = (f"their weighted z-scores: {weights}" if weights
-                    else "the sum of its rank and top1's")
-            how = f"`{first}`'s best {size}, then {then}"
+                    else "the sum of its rank and top1's" if "top1" in figures
+                    else f"`{first}`'s order")
+            deepest = ", of them the deepest (fewest skip)" if rule in DEEPEST_RULES else ""
+            how = f"`{first}`'s best {size}{deepest}, then {then}"
         elif weights:
             how = f"sum of weighted z-scores: {weights}"
         else:

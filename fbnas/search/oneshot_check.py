@@ -20,13 +20,18 @@ breaking ties; docs/config.md lists them):
   overruling a clear lead; or (``naswot_and_theta_then_one_shot``, also weighted) the best
   weighted sum of the one-shot top-1's, NASWOT's and theta's z-scores within the shortlist:
   within a budget's window, one-shot and NASWOT ranked the truth alike, and their sum
-  better than either, so among the shortlist the trained weights count as much as NASWOT.
+  better than either, so among the shortlist the trained weights count as much as NASWOT;
+- a deepest rule (``naswot_and_theta_deepest``, ``..._deepest_then_one_shot``): as the
+  shortlisted rule, but only the shortlist's networks with the fewest ``skip`` layers
+  compete. Neither the one-shot top-1 (a shallow path trains fastest) nor NASWOT tells a
+  budget's near-best networks with two skip layers from the worse ones with four, and on
+  NAS-Bench-Macro depth is what separates them.
 
 The figures: ``top1``, the one-shot val top-1 on the supernet's weights (BN re-estimated for
 each network; a pass over the held-out split a network); ``macs``, the table's multiply-adds;
 ``naswot``, the training-free score of a freshly initialised copy (fbnas/search/naswot.py;
 one batch's forward pass a network, so a check by it may list hundreds); ``theta``, the
-network's log-probability under softmax(theta).
+network's log-probability under softmax(theta); ``depth``, its layers that are not ``skip``.
 
 Why MACs and NASWOT beside or instead of the one-shot top-1: a supernet trained for minutes
 ranks networks by how fast they learn, not by how well they end. The networks a search
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fbnas.config import DEEPEST_RULES as DEEPEST
 from fbnas.config import RERANK_RULES as RULES
 from fbnas.config import SHORTLISTED_RULES as SHORTLISTED
 from fbnas.config import WEIGHTED_RULES as WEIGHTED
@@ -48,6 +54,11 @@ from fbnas.config import WEIGHTED_RULES as WEIGHTED
 def needs(rule: str, figure: str) -> bool:
     """Whether rule ``rule`` looks at ``figure`` ("top1", "macs", "naswot" or "theta")."""
     return figure in RULES[rule]
+
+
+def depths(networks: list[list[str]]) -> list[int]:
+    """Each network's number of layers that are not ``skip`` (the "depth" figure)."""
+    return [sum(op != "skip" for op in ops) for ops in networks]
 
 
 def log_probabilities(space, probs, networks: list[list[str]]) -> list[float]:
@@ -93,18 +104,24 @@ def choose(rule: str, **figures: list[float]) -> int:
     if rule not in RULES:
         raise ValueError(f"unknown one-shot check rule {rule!r}")
     if rule in SHORTLISTED:
-        keep = shortlist(rule, len(figures["top1"]), **figures)
+        keep = shortlist(rule, len(figures[RULES[rule][0]]), **figures)
         score = weighted_score(SHORTLISTED[rule][0], figures)[keep]
         if rule in WEIGHTED:
             # the weighted z-scores within the shortlist; ties to the better first score
             mine = weighted_score(rule, {f: [figures[f][i] for i in keep] for f in WEIGHTED[rule]})
-        else:
+        elif "top1" in RULES[rule]:
             # the sum of two ranks among the shortlist: the first rule's score and the
             # one-shot top-1; ties to the better first score, then to the more probable
             from scipy.stats import rankdata
 
             mine = rankdata(score) + rankdata([figures["top1"][i] for i in keep])
-        return keep[max(range(len(keep)), key=lambda j: (mine[j], score[j], -keep[j]))]
+        else:  # the shortlist's own order
+            mine = score
+        among = range(len(keep))
+        if rule in DEEPEST:  # the z-scores stay those of the whole shortlist
+            most = max(figures["depth"][i] for i in keep)
+            among = [j for j in among if figures["depth"][keep[j]] == most]
+        return keep[max(among, key=lambda j: (mine[j], score[j], -keep[j]))]
     used = [figures[f] for f in RULES[rule]]
     n = range(len(used[0]))
     if rule in WEIGHTED:

@@ -10,8 +10,10 @@ The decision is made in three steps, none of which trains a weight:
    :func:`~fbnas.search.oneshot_check.checked_networks`);
 3. each of them scored by NASWOT (fbnas/search/naswot.py: one forward pass of a freshly
    initialised copy on a batch of training images), and the best kept: by NASWOT's z-score
-   plus a quarter of the prior's log-probability's (``naswot_and_theta``, the default), or
-   by NASWOT alone (``naswot``).
+   plus a quarter of the prior's log-probability's (``naswot_and_theta``, the default), by
+   NASWOT alone (``naswot``), or by the first rule among its best 16's deepest networks
+   (``naswot_and_theta_deepest``: the fewest ``skip`` layers; fbnas/search/oneshot_check.py
+   says why).
 
 Why offer it: on NAS-Bench-Macro, where every network's accuracy after full training is
 known, this decision (the benches' cost-only control) came close to the best network at
@@ -57,7 +59,7 @@ def pick(cfg, networks: int = DEFAULT_NETWORKS, rule: str = PICK_RULES[0],
     from fbnas.search.window import check_budget
     from fbnas.search.latency_prior import latency_prior, search_theta_steps
     from fbnas.search.naswot import data_images, score_architectures
-    from fbnas.search.oneshot_check import checked_networks, choose, log_probabilities
+    from fbnas.search.oneshot_check import checked_networks, choose, depths, log_probabilities
 
     if rule not in PICK_RULES:
         raise UsageError(f"a pick decides by {' or '.join(PICK_RULES)}, not {brief(rule)}: the "
@@ -93,7 +95,7 @@ def pick(cfg, networks: int = DEFAULT_NETWORKS, rule: str = PICK_RULES[0],
     else:
         scores = scorer(options)
     log_probs = log_probabilities(space, probs, options)
-    best = choose(rule, naswot=scores, theta=log_probs)
+    best = choose(rule, naswot=scores, theta=log_probs, depth=depths(options))
     candidates = [{"ops": ops, "naswot": s, "log_prob": lp, "latency_us": lut.predict(ops)}
                   for ops, s, lp in zip(options, scores, log_probs)]
     return {"ops": options[best], "rank": best, "candidates": candidates, "probs": probs,

@@ -145,3 +145,29 @@ def test_then_one_shot_weighs_one_shot_like_naswot_within_the_best_16():
     theta = [-1.0] * 20
     theta[9] = -0.5
     assert choose(rule, naswot=naswot, theta=theta, top1=top1) == 9
+
+
+def test_deepest_rules_let_only_the_shortlists_fewest_skip_networks_compete():
+    from fbnas.search.oneshot_check import depths
+
+    assert depths([["skip", "k3_e3", "skip"], ["k3_e3", "k5_e6", "k3_e3"]]) == [1, 3]
+    # 20 equally probable networks, NASWOT falling by 1 a place: the shortlist is 0 to 15
+    naswot, theta = [float(320 - i) for i in range(20)], [-1.0] * 20
+    depth = [6] * 20
+    depth[9] = depth[12] = 7  # the shortlist's deepest
+    depth[18] = 8  # deeper, but off the shortlist
+    top1 = [50.0] * 16 + [None] * 4
+    # one-shot and NASWOT favour network 0, but only 9 and 12 compete: 9, the better NASWOT
+    assert choose("naswot_and_theta_then_one_shot", naswot=naswot, theta=theta,
+                  top1=top1, depth=depth) == 0
+    rule = "naswot_and_theta_deepest_then_one_shot"
+    assert choose(rule, naswot=naswot, theta=theta, top1=top1, depth=depth) == 9
+    # among the deepest, one-shot weighs as in naswot_and_theta_then_one_shot
+    top1[12] = 60.0
+    assert choose(rule, naswot=naswot, theta=theta, top1=top1, depth=depth) == 12
+    # the training-free variant keeps the shortlist's order among its deepest
+    assert choose("naswot_and_theta_deepest", naswot=naswot, theta=theta, depth=depth) == 9
+    # with equal depths the deepest rule is its shortlisted rule
+    flat = [6] * 20
+    assert (choose(rule, naswot=naswot, theta=theta, top1=top1, depth=flat)
+            == choose("naswot_and_theta_then_one_shot", naswot=naswot, theta=theta, top1=top1))
