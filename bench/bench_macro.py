@@ -63,15 +63,15 @@ import time
 from pathlib import Path
 
 from fbnas.arch.space import load_space
-from fbnas.config import load_config
+from fbnas.config import PICK_RULES, load_config
 from fbnas.latency.lut import load_lut
 from fbnas.machine import cpu_identity, cpu_model
 from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.search.checkpoint import load_search_checkpoint
 from fbnas.search.latency_prior import latency_prior
 from fbnas.search.naswot import data_images, score_architectures
-from fbnas.search.oneshot_check import (RULES, checked_networks, choose, log_probabilities,
-                                        needs, shortlist)
+from fbnas.search.oneshot_check import (RULES, checked_networks, choose, depths,
+                                        log_probabilities, needs, shortlist)
 from fbnas.search.run import run_search
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -319,7 +319,7 @@ def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: 
     keys = [key_of(ops) for ops in options]
     nw = naswot(keys) if needs(by, "naswot") else [None] * len(keys)
     figures = {"naswot": nw, "macs": [lut.raw_sum(ops, "macs") for ops in options],
-               "theta": log_probabilities(space, probs, options)}
+               "theta": log_probabilities(space, probs, options), "depth": depths(options)}
     shot = [{}] * len(keys)
     if needs(by, "top1"):  # every network, or a shortlist rule's few, as Search.rerank does
         todo = shortlist(by, len(keys), **figures)
@@ -330,42 +330,63 @@ def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: 
                            for ops, m, v, lp in zip(options, shot, nw, figures["theta"])]
 
 
+#: the training-free rule a sweep row's pick is decided again by when its search is decided
+#: again by a rule fbnas pick cannot use (the same check without the one-shot top-1)
+PICK_COUNTERPART = {"naswot_and_theta_then_one_shot": "naswot_and_theta",
+                    "naswot_and_theta_deepest_then_one_shot": "naswot_and_theta_deepest"}
+
+
 def redecided(row: dict, by: str, truth, lut, lat, naswot: Naswot) -> dict | None:
     """``row`` as its search and control would have decided by rule ``by`` from the networks
     their checks recorded (no search rerun; NASWOT scores are computed from the keys); None
     for rows saved before checks were recorded, or whose checks lack the one-shot score the
     rule needs, and for rules that weigh theta where the row does not keep each network's
     log-probability (rows before 2026-12-06: re-decide the run with ``score --rerank-by``). A
-    check of one network (the window held no other) decides the same by any rule."""
+    check of one network (the window held no other) decides the same by any rule. A sweep
+    row's pick is decided again too where the row keeps its check (``pick_candidates``): by
+    ``by`` where fbnas pick may decide by it, else by its PICK_COUNTERPART, so that search
+    and pick stay compared under the same rule."""
     if row.get("rerank_by", "top1") == by or "found_candidates" not in row:
         return None
     checks = [row.get(f"{who}_candidates") or [] for who in ("found", "control")]
-    if needs(by, "top1") and any(c[1] is None for checked in checks for c in checked):
-        return None
     if needs(by, "theta") and any(len(c) < 5 for checked in checks for c in checked):
         return None
     out = dict(row, recipe=f"{row['recipe']}, re-decided by {by}", rerank_by=by)
     for (who, prefix), checked in zip((("found", ""), ("control", "control_")), checks):
         if not checked:
             continue
-        keys = [c[0] for c in checked]
-        scores = None
-        if needs(by, "naswot"):
-            # the NASWOT scores the check recorded, where it did: the same as computed afresh
-            # (a fixed initialisation and images), without a forward pass a network
-            scores = [c[3] if len(c) > 3 else None for c in checked]
-            scores = scores if None not in scores else naswot(keys)
-        key = keys[choose(by, top1=[c[1] for c in checked],
-                          macs=[lut.raw_sum(ops_of(k), "macs") for k in keys],
-                          naswot=scores,
-                          theta=[c[4] if len(c) > 4 else None for c in checked])]
+        key = recheck(checked, by, lut, naswot)
+        if key is None:
+            return None
         v = judge(truth, lat, row["budget_ms"] * 1000, key)
         out.update({who: key, f"{who}_ms": round(lat[key] / 1000, 4),
                     f"{prefix}accuracy": round(v.accuracy, 3),
                     f"{prefix}percentile": round(v.percentile, 1)})
         if who == "found":
             out["gap"] = round(v.gap, 3)
+    pick_by = by if by in PICK_RULES else PICK_COUNTERPART.get(by)
+    if pick_by and row.get("pick_candidates"):
+        out["pick_key"] = recheck(row["pick_candidates"], pick_by, lut, naswot)
     return out
+
+
+def recheck(checked: list[list], by: str, lut, naswot: Naswot) -> str | None:
+    """The key rule ``by`` keeps among the networks a check recorded (scored_entry's lists);
+    None where a network the rule scores one-shot has no one-shot top-1 recorded."""
+    keys = [c[0] for c in checked]
+    scores = None
+    if needs(by, "naswot"):
+        # the NASWOT scores the check recorded, where it did: the same as computed afresh
+        # (a fixed initialisation and images), without a forward pass a network
+        scores = [c[3] if len(c) > 3 else None for c in checked]
+        scores = scores if None not in scores else naswot(keys)
+    figures = {"macs": [lut.raw_sum(ops_of(k), "macs") for k in keys], "naswot": scores,
+               "theta": [c[4] if len(c) > 4 else None for c in checked],
+               "depth": depths([ops_of(k) for k in keys])}
+    if needs(by, "top1") and any(checked[i][1] is None
+                                 for i in shortlist(by, len(keys), **figures)):
+        return None
+    return keys[choose(by, top1=[c[1] for c in checked], **figures)]
 
 
 def scored_entry(ops: list[str], top1: float | None, ce: float | None,
@@ -414,11 +435,14 @@ def run_all(args, one, todo: list[tuple], *shared) -> None:
 def sweep_one(args, truth, lut, space, lat, naswot, quantile, budget_ms: float, seed: int,
               started: str) -> dict:
     """One search of the sweep (search_one) and, at its budget and seed, fbnas pick's network
-    (pick_one), the window's most-MACs network and random networks (macro_sweep.beside)."""
+    and the networks its check scored (pick_one; so that a pick can be re-decided by another
+    rule, as a search can), the window's most-MACs network and random networks
+    (macro_sweep.beside)."""
     row = search_one(args, truth, lut, space, lat, naswot, quantile, budget_ms, seed)
     picked = pick_one(args, truth, lut, space, lat, naswot, quantile, budget_ms, seed)
     return {**row, "protocol": "sweep", "sweep_started": started, "pick_key": picked["found"],
-            "pick_minutes": picked["wall_minutes"], **beside(row, lut, lat)}
+            "pick_minutes": picked["wall_minutes"],
+            "pick_candidates": picked["found_candidates"], **beside(row, lut, lat)}
 
 
 def sweep(args) -> None:
@@ -443,7 +467,7 @@ def pick_one(args, truth, lut, space, lat, naswot, quantile, budget_ms: float,
     """The row of one training-free pick (fbnas pick) at ``budget_ms``, looked up. It is
     the cost-only control decided by its own check, so the row's control is the pick
     itself."""
-    from fbnas.search.pick import DEFAULT_NETWORKS, PICK_RULES, pick
+    from fbnas.search.pick import DEFAULT_NETWORKS, pick
 
     sets = ["loss.form=target", f"loss.target_ms={budget_ms}", f"run.seed={seed}", *args.set]
     cfg = load_config(args.config, sets)

@@ -60,8 +60,8 @@ def fake_search(truth, lat, calls):
 
 
 def test_sweep_appends_a_row_per_search_with_what_needs_no_training(tmp_path, monkeypatch):
-    """Each row: the search's fields, protocol sweep, fbnas pick's network at the same budget
-    and seed, the window's most-MACs network and 20 (here all) random networks of it seeded by
+    """Each row: the search's fields, protocol sweep, fbnas pick's network and check at the
+    same budget and seed, the window's most-MACs network and 20 (here all) random networks of it seeded by
     the row's seed; a second sweep draws seeds neither sweep nor the earlier rows used, and a
     sweep stopped halfway keeps the rows it made."""
     truth, lat = tiny_truth()
@@ -72,7 +72,8 @@ def test_sweep_appends_a_row_per_search_with_what_needs_no_training(tmp_path, mo
 
     def pick_one(args, truth_, lut, space, lat_, naswot, quantile, budget_ms, seed):
         picks.append((budget_ms, seed))
-        return {"found": "11", "wall_minutes": 0.2}
+        return {"found": "11", "wall_minutes": 0.2,
+                "found_candidates": [["11", None, None, 300.0, -1.0]]}
 
     monkeypatch.setattr(b, "setting", lambda args: (None, MacsTable(), truth, lat, None))
     monkeypatch.setattr(b, "search_one", fake_search(truth, lat, calls))
@@ -88,6 +89,8 @@ def test_sweep_appends_a_row_per_search_with_what_needs_no_training(tmp_path, mo
     for r in rows:
         assert r["protocol"] == "sweep" and r["recipe"] == "r" and r["sweep_started"]
         assert r["pick_key"] == "11" and r["pick_minutes"] == 0.2
+        # the pick's check, so that report --rerank-by can decide the pick again
+        assert r["pick_candidates"] == [["11", None, None, 300.0, -1.0]]
         assert r["found"] in lat and r["budget_ms"] in (0.004, 0.005)
         window = sorted(k for k, v in lat.items()
                         if 0.5 * r["budget_ms"] * 1000 <= v <= r["budget_ms"] * 1000)
