@@ -143,7 +143,7 @@ def test_repository_configs_are_the_bundled_ones_on_the_shared_subset():
         assert (cfg.search.theta_estimator, cfg.search.alternation, cfg.optim.theta.lr,
                 cfg.search.mode) == ("reinforce", "step", 0.05, "hard")
     assert (demo.search.rerank_by, demo.search.rerank) == ("top1_and_macs", 8)
-    assert (macro.search.rerank_by, macro.search.rerank) == ("naswot_and_theta_then_one_shot", 256)
+    assert (macro.search.rerank_by, macro.search.rerank) == ("naswot_and_theta_deepest_then_one_shot", 256)
     assert (macro.space, macro.search.epochs, macro.warmup_epochs) == ("nasbench_macro", 8, 4)
     assert (demo.search.final_theta_steps, macro.search.final_theta_steps) == (0, 16)
     assert (demo.optim.theta.final_lr, macro.optim.theta.final_lr) == (None, 0)
@@ -173,7 +173,7 @@ def test_the_bundled_budget_recipe_is_the_measured_one_for_any_space():
         "search.epochs": 8, "search.warmup_epochs": 0.5, "search.mode": "hard",
         "search.alternation": "step", "search.final_theta_steps": 16,
         "search.evaluate_every": 4, "search.theta_estimator": "reinforce", "search.rerank": 64,
-        "search.rerank_by": "naswot_and_theta_then_one_shot", "loss.form": "target",
+        "search.rerank_by": "naswot_and_theta_deepest_then_one_shot", "loss.form": "target",
         "optim.weights.lr": 0.05, "optim.weights.warmup_epochs": 0.5, "optim.theta.lr": 0.05,
         "optim.theta.final_lr": 0.0}
     # the NAS-Bench-Macro search adds this checkout's paths and its space's two settings; the

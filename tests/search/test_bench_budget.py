@@ -269,7 +269,7 @@ def test_budget_row_holds_the_pick_and_band_randoms_with_every_seed(tmp_path, ca
         reuse_search=False, resume=False, target_ms=0.03, results=str(results), time_rounds=2)
     b.budget(args)
     r = json.loads(results.read_text())
-    assert r["rerank_by"] == "naswot_and_theta_then_one_shot" and r["random_band"] == "budget"
+    assert r["rerank_by"] == "naswot_and_theta_deepest_then_one_shot" and r["random_band"] == "budget"
     for net in [r["found"], r["control"], r["pick"], *r["random"]]:
         assert len(net["top1"]) == 2 and 0.9 * 0.03 <= net["predicted_ms"] <= 0.03
     assert "pick top-1 %" in capsys.readouterr().out
