@@ -611,6 +611,7 @@ def report(args) -> None:
     if args.recipe is not None:  # one recipe's rows alone, as the README's table and picture
         rows = [r for r in rows if r["recipe"] == args.recipe]
     _, lut, truth, lat, naswot = setting(args)
+    searched = list(rows)  # the provenance counts searches, not their re-decided copies
     if args.rerank_by:  # each recorded check decided again by the other rule, beside it
         rows += [r for r in (redecided(r, args.rerank_by, truth, lut, lat, naswot)
                              for r in rows) if r]
@@ -619,7 +620,7 @@ def report(args) -> None:
             raise SystemExit("report --protocol sweep: no sweep rows (as kept by --recipe, "
                              "--seeds and --cpu); run bench_macro.py sweep first")
         report_sweep(rows, truth)
-        provenance(rows)
+        provenance(searched)
         if args.png:  # the sweep's found networks and controls over every network
             draw(rows, truth, lat, Path(args.png))
         return
@@ -628,13 +629,13 @@ def report(args) -> None:
     if args.by_budget:  # the short form: one line per budget, then the summary
         by_budget(rows)
         summary(rows, truth)
-        provenance(rows)
+        provenance(searched)
         if args.png:
             draw(rows, truth, lat, Path(args.png))
         return
     print_table(rows)
     summary(rows, truth)
-    provenance(rows)
+    provenance(searched)
     simple_rules(rows, truth, lut, lat, naswot if args.naswot_window else None)
     headroom(rows, truth, lat)
     if args.png:

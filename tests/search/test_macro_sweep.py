@@ -172,6 +172,8 @@ def test_report_sweep_figures_on_hand_made_rows(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[out.index("r, re-decided by naswot_and_theta") + 4].startswith(
         "1 searches at 1 budgets; found gap median 0.00, mean 0.00")
+    # the provenance counts the searches, not their re-decided copies
+    assert "AMD EPYC (4)" in out[-1]
     # a recipe with no sweep rows says so
     with pytest.raises(SystemExit, match="no sweep rows"):
         b.main(["report", "--results", str(results), "--protocol", "sweep", "--recipe", "x"])
