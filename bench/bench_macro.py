@@ -41,6 +41,9 @@ score at its budgets, how many networks within each budget are more accurate tha
 control (the headroom a search has to beat it), and one picture: every network of the space as a grey point (true accuracy against predicted latency), the
 Pareto front, the budgets, found networks and controls. The same seed searches differently
 on another CPU model, so --cpu keeps the rows of one; --recipe keeps one recipe's rows;
+--since keeps the sweeps started after a recipe was chosen; --rerank-by adds each recorded
+check decided again by another rule, named as the recipe deciding by it (so that a recipe's
+report takes in the searches of an earlier check, decided by its own);
 --paired A B compares two recipes search by search instead (macro_paired.py).
 
     python bench/bench_macro.py search --quantiles 0.2 0.4 0.6 0.8 --seeds 0 1 2
@@ -57,6 +60,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import shutil
 import sys
 import time
@@ -330,28 +334,29 @@ def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: 
                            for ops, m, v, lp in zip(options, shot, nw, figures["theta"])]
 
 
-#: the training-free rule a sweep row's pick is decided again by when its search is decided
-#: again by a rule fbnas pick cannot use (the same check without the one-shot top-1)
-PICK_COUNTERPART = {"naswot_and_theta_then_one_shot": "naswot_and_theta",
-                    "naswot_and_theta_deepest_then_one_shot": "naswot_and_theta_deepest"}
-
-
 def redecided(row: dict, by: str, truth, lut, lat, naswot: Naswot) -> dict | None:
     """``row`` as its search and control would have decided by rule ``by`` from the networks
     their checks recorded (no search rerun; NASWOT scores are computed from the keys); None
     for rows saved before checks were recorded, or whose checks lack the one-shot score the
     rule needs, and for rules that weigh theta where the row does not keep each network's
     log-probability (rows before 2026-12-06: re-decide the run with ``score --rerank-by``). A
-    check of one network (the window held no other) decides the same by any rule. A sweep
-    row's pick is decided again too where the row keeps its check (``pick_candidates``): by
-    ``by`` where fbnas pick may decide by it, else by its PICK_COUNTERPART, so that search
-    and pick stay compared under the same rule."""
-    if row.get("rerank_by", "top1") == by or "found_candidates" not in row:
+    check of one network (the window held no other) decides the same by any rule.
+
+    The copy is named as the recipe that decides by ``by`` (the training does not depend on
+    the rule, so it is what that recipe would have found) and keeps the name it had in
+    ``redecided_from``. A sweep row's pick is decided again where ``by`` is a rule fbnas pick
+    decides by and the row keeps the pick's check (``pick_candidates``); otherwise it stays
+    fbnas pick's, as a user running the recipe would compare it."""
+    old = row.get("rerank_by", "top1")
+    if old == by or "found_candidates" not in row:
         return None
     checks = [row.get(f"{who}_candidates") or [] for who in ("found", "control")]
     if needs(by, "theta") and any(len(c) < 5 for checked in checks for c in checked):
         return None
-    out = dict(row, recipe=f"{row['recipe']}, re-decided by {by}", rerank_by=by)
+    name, n = re.subn(rf"check by {re.escape(old)}(?= of \d+$|$)", f"check by {by}",
+                      row["recipe"])
+    out = dict(row, recipe=name if n else f"{row['recipe']}, re-decided by {by}",
+               rerank_by=by, redecided_from=row["recipe"])
     for (who, prefix), checked in zip((("found", ""), ("control", "control_")), checks):
         if not checked:
             continue
@@ -364,9 +369,8 @@ def redecided(row: dict, by: str, truth, lut, lat, naswot: Naswot) -> dict | Non
                     f"{prefix}percentile": round(v.percentile, 1)})
         if who == "found":
             out["gap"] = round(v.gap, 3)
-    pick_by = by if by in PICK_RULES else PICK_COUNTERPART.get(by)
-    if pick_by and row.get("pick_candidates"):
-        out["pick_key"] = recheck(row["pick_candidates"], pick_by, lut, naswot)
+    if by in PICK_RULES and row.get("pick_candidates"):
+        out["pick_key"] = recheck(row["pick_candidates"], by, lut, naswot)
     return out
 
 
@@ -605,22 +609,23 @@ def report(args) -> None:
         rows = [r for r in rows if args.cpu.lower() in (r.get("cpu") or "").lower()]
     # the sweep's rows (--protocol sweep) apart from those the recipes were chosen on
     rows = [r for r in rows if r.get("protocol") == args.protocol]
+    if args.since is not None:  # the sweeps run after a recipe was chosen
+        rows = [r for r in rows if (r.get("sweep_started") or r.get("date") or "") >= args.since]
     if args.paired:  # two recipes, search by search: macro_paired.py
         report_paired(rows, *args.paired)
         return
-    if args.recipe is not None:  # one recipe's rows alone, as the README's table and picture
-        rows = [r for r in rows if r["recipe"] == args.recipe]
     _, lut, truth, lat, naswot = setting(args)
-    searched = list(rows)  # the provenance counts searches, not their re-decided copies
     if args.rerank_by:  # each recorded check decided again by the other rule, beside it
         rows += [r for r in (redecided(r, args.rerank_by, truth, lut, lat, naswot)
                              for r in rows) if r]
+    if args.recipe is not None:  # one recipe's rows (and their re-decided copies) alone
+        rows = [r for r in rows if args.recipe in (r["recipe"], r.get("redecided_from"))]
     if args.protocol == "sweep":
         if not rows:
             raise SystemExit("report --protocol sweep: no sweep rows (as kept by --recipe, "
                              "--seeds and --cpu); run bench_macro.py sweep first")
         report_sweep(rows, truth)
-        provenance(searched)
+        provenance(rows)
         if args.png:  # the sweep's found networks and controls over every network
             draw(rows, truth, lat, Path(args.png))
         return
@@ -629,13 +634,13 @@ def report(args) -> None:
     if args.by_budget:  # the short form: one line per budget, then the summary
         by_budget(rows)
         summary(rows, truth)
-        provenance(searched)
+        provenance(rows)
         if args.png:
             draw(rows, truth, lat, Path(args.png))
         return
     print_table(rows)
     summary(rows, truth)
-    provenance(searched)
+    provenance(rows)
     simple_rules(rows, truth, lut, lat, naswot if args.naswot_window else None)
     headroom(rows, truth, lat)
     if args.png:
@@ -664,6 +669,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=None,
                     help="search: the search seeds (default 0 1 2); report: only these seeds' "
                          "rows, so that recipes are compared on the same seeds")
+    ap.add_argument("--since", default=None, metavar="ISO_TIME",
+                    help="report: only rows of sweeps started (or searches dated) at or after "
+                         "this time, e.g. 2026-12-06T16:13: the sweeps run after a recipe was "
+                         "chosen")
     ap.add_argument("--cpu", default=None,
                     help="report: only rows searched on a CPU whose model name contains this "
                          "(rows record it since 2026-11-27)")

@@ -103,7 +103,12 @@ def by_budget(rows: list[dict]) -> None:
 def provenance(rows: list[dict]) -> None:
     """When and on which CPU models ``rows`` were searched, so that a pasted table carries
     where it was measured (rows made by ``score`` from runs searched elsewhere, and rows
-    from before the record named the CPU, count as not recorded)."""
+    from before the record named the CPU, count as not recorded). A search decided again by
+    another rule (report --rerank-by) counts once, beside its row or not."""
+    shown = {(r.get("recipe"), r.get("seed"), r.get("budget_ms")) for r in rows
+             if "redecided_from" not in r}
+    rows = [r for r in rows if "redecided_from" not in r
+            or (r["redecided_from"], r.get("seed"), r.get("budget_ms")) not in shown]
     dates = sorted(r["date"] for r in rows if r.get("date"))
     cpus: dict[str, int] = {}
     for r in rows:

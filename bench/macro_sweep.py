@@ -183,11 +183,14 @@ def report_sweep(rows: list[dict], truth, echo: Callable[[str], None] = print) -
         wins, ties, losses = against_pick(mine, truth)
         above_random = sum(x["found"] < x["random"] for x in f)
         above_near = sum(r["accuracy"] > r["near_mean"] for r in mine)
+        redone = sum("redecided_from" in r for r in mine)
         echo(f"{n} searches at {budgets} budgets; found gap {spread([x['found'] for x in f])}; "
              f"pick gap {spread([x['pick'] for x in f])}; against the pick {wins} won, {ties} "
              f"tied (within {SEED_STD} points, the benchmark's seed spread), {losses} lost; "
              f"above the window's median random network {above_random}/{n}, above the "
-             f"near-budget mean {above_near}/{n}")
+             f"near-budget mean {above_near}/{n}" + (
+                 f"; {redone} of the {n} decided by this check afterwards, from what their "
+                 f"checks recorded (report --rerank-by)" if redone else ""))
         taus = shortlist_taus(mine, truth)
         if taus:
             echo("within each check's one-shot shortlist, mean Kendall tau against the "

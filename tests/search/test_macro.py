@@ -220,28 +220,34 @@ def test_a_row_that_keeps_log_probabilities_is_re_decided_by_a_rule_weighing_the
     assert b.redecided(row, "naswot_and_theta", truth, MacsTable(), lat, no_naswot) is None
 
 
-def test_a_sweep_rows_pick_is_re_decided_with_its_search_by_the_rule_without_one_shot():
+def test_a_re_decided_row_is_named_as_the_recipe_of_its_rule_and_keeps_fbnas_picks_pick():
+    """A row decided again by another rule is what the recipe deciding by that rule would
+    have found (the training does not depend on the rule), so it takes that recipe's name;
+    its pick stays fbnas pick's unless the rule is one fbnas pick decides by."""
     truth, lat = tiny_truth()
     # "10" has one skip layer, "11" and "12" none
     found = [["10", 50.0, 1.0, 3.0, -1.0], ["11", 40.0, 1.0, 2.0, -1.0],
              ["12", 49.0, 1.0, 1.0, -1.0]]
     picked = [["10", None, None, 3.0, -1.0], ["11", None, None, 2.0, -1.0],
               ["12", None, None, 1.0, -1.0]]
-    row = {"recipe": "r", "budget_ms": 0.005, "rerank_by": "naswot_and_theta_then_one_shot",
+    recipe = "8 epochs, check by naswot_and_theta_then_one_shot of 256"
+    row = {"recipe": recipe, "budget_ms": 0.005, "rerank_by": "naswot_and_theta_then_one_shot",
            "found": "10", "found_candidates": found, "control": "10", "control_candidates": [],
            "pick_key": "10", "pick_candidates": picked}
     b = bench()
     again = b.redecided(row, "naswot_and_theta_deepest_then_one_shot", truth, MacsTable(), lat,
                         no_naswot)
-    # 11 and 12 compete: in the search 12's one-shot lead outweighs 11's NASWOT lead; the pick,
-    # with no one-shot score, keeps 11, the better NASWOT
-    assert again["found"] == "12" and again["pick_key"] == "11"
-    # a rule fbnas pick can use decides the pick itself; one it has no counterpart for
-    # leaves the pick as it was
-    assert b.redecided(row, "naswot_and_theta_deepest", truth, MacsTable(), lat,
-                       no_naswot)["pick_key"] == "11"
-    assert b.redecided(row, "naswot_and_top1", truth, MacsTable(), lat,
-                       no_naswot)["pick_key"] == "10"
+    # 11 and 12 compete: 12's one-shot lead outweighs 11's NASWOT lead; the pick stays
+    assert again["found"] == "12" and again["pick_key"] == "10"
+    assert again["recipe"] == "8 epochs, check by naswot_and_theta_deepest_then_one_shot of 256"
+    assert again["redecided_from"] == recipe
+    # a rule fbnas pick decides by decides the pick too: of 11 and 12 the better NASWOT
+    again = b.redecided(row, "naswot_and_theta_deepest", truth, MacsTable(), lat, no_naswot)
+    assert again["pick_key"] == "11" and again["recipe"].endswith(
+        "check by naswot_and_theta_deepest of 256")
+    # a recipe not named after its check is named as re-decided
+    assert b.redecided(dict(row, recipe="r"), "naswot_and_top1", truth, MacsTable(), lat,
+                       no_naswot)["recipe"] == "r, re-decided by naswot_and_top1"
 
 
 def no_naswot(keys):

@@ -179,6 +179,34 @@ def test_report_sweep_figures_on_hand_made_rows(tmp_path, monkeypatch, capsys):
         b.main(["report", "--results", str(results), "--protocol", "sweep", "--recipe", "x"])
 
 
+def test_a_recipes_sweep_report_takes_in_the_later_sweeps_decided_again_by_its_check(
+        tmp_path, monkeypatch, capsys):
+    """--since keeps the sweeps run after a recipe was chosen; with --rerank-by, a search
+    whose recipe differs only in its check counts as the recipe deciding by that check, and
+    the summary says how many were decided so afterwards."""
+    truth, lat = tiny_truth()
+    native = dict(sweep_row(4.0, 5, "20", "20"), recipe="e, check by naswot_and_theta of 256",
+                  rerank_by="naswot_and_theta", sweep_started="2026-12-06T17:00:00")
+    # a top1 check kept 11; NASWOT (the 4th figure) leads with 20, the window's oracle
+    checked = [["11", 50.0, 1.0, 1.0, -1.0], ["20", 40.0, 1.0, 3.0, -1.0]]
+    other = dict(sweep_row(4.0, 6, "11", "20"), recipe="e, check by top1 of 256",
+                 rerank_by="top1", found_candidates=checked, control_candidates=[],
+                 sweep_started="2026-12-06T17:00:00")
+    earlier = dict(other, seed=7, sweep_started="2026-12-06T10:00:00")
+    results = tmp_path / "macro.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in (native, other, earlier)))
+    monkeypatch.setattr(b, "setting", lambda args: (None, MacsTable(), truth, lat, None))
+    b.main(["report", "--results", str(results), "--protocol", "sweep", "--since",
+            "2026-12-06T16:00", "--rerank-by", "naswot_and_theta", "--recipe",
+            "e, check by naswot_and_theta of 256"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "e, check by naswot_and_theta of 256" and len(out) == 6
+    assert out[4].startswith("2 searches at 1 budgets; found gap median 0.00, mean 0.00")
+    assert out[4].endswith("; 1 of the 2 decided by this check afterwards, from what their "
+                           "checks recorded (report --rerank-by)")
+    assert out[5].endswith("AMD EPYC (2)")
+
+
 def test_the_shortlist_taus_say_what_the_one_shot_check_ranked_within_its_shortlist():
     """Over the networks a check scored one-shot: each recorded figure's Kendall tau and the
     decision's own weighted score's, averaged over the rows whose rule weighs one-shot."""
