@@ -134,9 +134,10 @@ def shortlist_taus(rows: list[dict], truth) -> dict[str, float]:
     each figure the check recorded and of the decision's own weighted score; {} where no
     row's rule is a weighted one scored one-shot. Why: the shortlist holds the networks the
     training-free score already rates best, so there the decision must rank by what the
-    trained weights add."""
-    from fbnas.config import FIGURE_NAMES, WEIGHTED_RULES
-    from fbnas.search.oneshot_check import weighted_score
+    trained weights add. Under a DEEPEST rule the decision ranks by depth first (only the
+    fewest-skip networks compete), then by its weighted score; depth's own tau shows too."""
+    from fbnas.config import DEEPEST_RULES, FIGURE_NAMES, WEIGHTED_RULES
+    from fbnas.search.oneshot_check import depths, weighted_score
 
     taus: dict[str, list[float]] = {}
     for r in rows:
@@ -149,6 +150,10 @@ def shortlist_taus(rows: list[dict], truth) -> dict[str, float]:
                    "theta": [c[4] for c in listed]}
         values = {FIGURE_NAMES[f]: v for f, v in figures.items()}
         values["the decision"] = list(weighted_score(rule, figures))
+        if rule in DEEPEST_RULES:  # z-scores are far under 1000: depth decides first
+            deep = depths([ops_of(c[0]) for c in listed])
+            values["depth"] = deep
+            values["the decision"] = [1000 * d + w for d, w in zip(deep, values["the decision"])]
         true = [truth[c[0]] for c in listed]
         for name, v in values.items():
             taus.setdefault(name, []).append(tau(v, true))

@@ -227,3 +227,12 @@ def test_the_shortlist_taus_say_what_the_one_shot_check_ranked_within_its_shortl
     assert macro_sweep.shortlist_taus([dict(row, rerank_by="naswot_and_theta")], truth) == {}
     short = dict(row, found_candidates=[c[:4] for c in row["found_candidates"]])
     assert macro_sweep.shortlist_taus([short], truth) == {}
+    # a deepest rule: 20 (one skip) leads every figure but only 21 and 12 compete, where
+    # 12's lead (one-shot 45 against 50, but NASWOT and theta ahead) decides: 12, 21, 20
+    # against the truth's 21, 12, 20 is one discordant pair of three
+    deep = dict(row, rerank_by="naswot_and_theta_deepest_then_one_shot", found_candidates=[
+        ["21", 50.0, 1.0, 7.0, -3.0], ["20", 55.0, 1.0, 9.0, -1.0], ["12", 45.0, 1.0, 8.0, -2.0]])
+    taus = macro_sweep.shortlist_taus([deep], truth)
+    assert taus["the decision"] == pytest.approx(1 / 3) and "depth" in taus
+    plain = macro_sweep.shortlist_taus([dict(deep, rerank_by=row["rerank_by"])], truth)
+    assert plain["the decision"] == pytest.approx(-1.0) and "depth" not in plain
