@@ -8,7 +8,8 @@ window of each finished search given, ``rank`` measures against the true accurac
 - Kendall tau of each figure (FIGURES): the one-shot top-1 on the search's weights (BN
   statistics re-estimated for each network; on the val split the check sees, and on val and
   test pooled), NASWOT, MACs, theta's log-probability, depth (minus the ``skip`` layers),
-  and weighted sums of their z-scores (COMBINED);
+  weighted sums of their z-scores (COMBINED), and depth first, then such a sum (DEEPEST, the
+  budget recipe's check);
 - and what deciding by it costs: the true accuracy of the sample's best network minus that
   of the one the figure ranks first ("best gap", 0 when it finds the best of the sample).
 
@@ -32,7 +33,10 @@ COMBINED = {**WEIGHTED_RULES,
             "one_shot_and_naswot": {"one_shot": 1.0, "naswot": 1.0},
             "one_shot_and_naswot_and_theta": {"one_shot": 1.0, "naswot": 1.0, "theta": 0.25},
             "naswot_and_depth": {"naswot": 1.0, "depth": 1.0}}
-FIGURES = BASE + tuple(COMBINED)
+#: orderings by depth first, then by a combination: the budget recipe's check
+#: (naswot_and_theta_deepest_then_one_shot) lets only the fewest-skip networks compete
+DEEPEST = {"depth_then_one_shot_and_naswot_and_theta": "one_shot_and_naswot_and_theta"}
+FIGURES = BASE + tuple(COMBINED) + tuple(DEEPEST)
 
 
 def window_keys(lat: dict[str, float], budget_us: float, floor: float, n: int,
@@ -50,6 +54,9 @@ def with_combined(figures: dict[str, list[float]]) -> dict[str, list[float]]:
         if all(f in figures for f in weights):
             score = sum(w * z_scores(figures[f]) for f, w in weights.items())
             out[name] = [float(x) for x in score]
+    for name, then in DEEPEST.items():  # z-scores are far under 1000: depth decides first
+        if "depth" in out and then in out:
+            out[name] = [1000 * d + x for d, x in zip(out["depth"], out[then])]
     return out
 
 

@@ -33,6 +33,18 @@ def test_each_figure_gets_its_tau_and_the_cost_of_deciding_by_it():
     assert "one_shot_and_naswot" not in r["tau"]  # its parts are not all measured
 
 
+def test_the_recipes_check_ranks_by_depth_first_then_its_weighted_sum():
+    # the deepest network (one skip fewer) comes first whatever its scores; among the rest
+    # the sum of one-shot, NASWOT and a quarter of theta orders
+    true = [93.0, 92.0, 91.0, 90.0]
+    figures = {"one_shot": [1.0, 4.0, 3.0, 2.0], "naswot": [1.0, 4.0, 3.0, 2.0],
+               "theta": [0.0, 0.0, 0.0, 0.0], "depth": [7.0, 6.0, 6.0, 6.0]}
+    r = macro_rank.band_ranking(true, figures)
+    assert r["tau"]["depth_then_one_shot_and_naswot_and_theta"] == 1.0
+    assert r["tau"]["one_shot_and_naswot_and_theta"] == 0.0  # the deepest ranked last
+    assert r["best_gap"]["depth_then_one_shot_and_naswot_and_theta"] == 0.0
+
+
 def test_report_averages_each_figure_and_splits_by_budget():
     rows = [{"quantile": q, "networks": 40, "tau": {"naswot": t, "macs": 0.1},
              "best_gap": {"naswot": g, "macs": 1.0}}
