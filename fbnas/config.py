@@ -97,10 +97,14 @@ FIGURE_NAMES = {"top1": "one-shot", "macs": "MACs", "naswot": "NASWOT", "theta":
 
 
 def rule_label(rule: str) -> str:
-    """A rule's figures as messages name them, e.g. "one-shot and MACs" or "NASWOT, theta
-    and one-shot"."""
-    names = [FIGURE_NAMES[f] for f in RERANK_RULES[rule]]
-    return " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
+    """A rule's figures as messages name them, e.g. "one-shot and MACs", "NASWOT, theta
+    and one-shot", or "NASWOT and theta among the fewest skip" for a DEEPEST rule (depth
+    filters there, it is not summed)."""
+    names = [FIGURE_NAMES[f] for f in RERANK_RULES[rule]
+             if not (rule in DEEPEST_RULES and f == "depth")]
+    label = (" and ".join(names) if len(names) < 3
+             else f"{', '.join(names[:-1])} and {names[-1]}")
+    return f"{label} among the fewest skip" if rule in DEEPEST_RULES else label
 
 
 #: the rules that score every checked network one-shot, a pass over the val split each, so a
