@@ -23,7 +23,7 @@ import math
 import random
 
 from fbnas.config import WEIGHTED_RULES
-from fbnas.search.oneshot_check import z_scores
+from fbnas.search.oneshot_check import depth_first, z_scores
 
 #: the figures each row measures, larger meaning better for each
 BASE = ("one_shot", "one_shot_all", "naswot", "macs", "theta", "depth")
@@ -54,9 +54,9 @@ def with_combined(figures: dict[str, list[float]]) -> dict[str, list[float]]:
         if all(f in figures for f in weights):
             score = sum(w * z_scores(figures[f]) for f, w in weights.items())
             out[name] = [float(x) for x in score]
-    for name, then in DEEPEST.items():  # z-scores are far under 1000: depth decides first
+    for name, then in DEEPEST.items():
         if "depth" in out and then in out:
-            out[name] = [1000 * d + x for d, x in zip(out["depth"], out[then])]
+            out[name] = depth_first(out["depth"], out[then])
     return out
 
 

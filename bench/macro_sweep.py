@@ -137,7 +137,7 @@ def shortlist_taus(rows: list[dict], truth) -> dict[str, float]:
     trained weights add. Under a DEEPEST rule the decision ranks by depth first (only the
     fewest-skip networks compete), then by its weighted score; depth's own tau shows too."""
     from fbnas.config import DEEPEST_RULES, FIGURE_NAMES, WEIGHTED_RULES
-    from fbnas.search.oneshot_check import depths, weighted_score
+    from fbnas.search.oneshot_check import depth_first, depths, weighted_score
 
     taus: dict[str, list[float]] = {}
     for r in rows:
@@ -150,14 +150,36 @@ def shortlist_taus(rows: list[dict], truth) -> dict[str, float]:
                    "theta": [c[4] for c in listed]}
         values = {FIGURE_NAMES[f]: v for f, v in figures.items()}
         values["the decision"] = list(weighted_score(rule, figures))
-        if rule in DEEPEST_RULES:  # z-scores are far under 1000: depth decides first
-            deep = depths([ops_of(c[0]) for c in listed])
-            values["depth"] = deep
-            values["the decision"] = [1000 * d + w for d, w in zip(deep, values["the decision"])]
+        if rule in DEEPEST_RULES:
+            values["depth"] = depths([ops_of(c[0]) for c in listed])
+            values["the decision"] = depth_first(values["depth"], values["the decision"])
         true = [truth[c[0]] for c in listed]
         for name, v in values.items():
             taus.setdefault(name, []).append(tau(v, true))
     return {name: float(np.nanmean(t)) for name, t in taus.items()}
+
+
+def shortlist_ceilings(rows: list[dict], truth) -> dict[str, list[float]]:
+    """The gaps to the oracle of the best each check could have kept, over the rows whose
+    check scored a shortlist one-shot: the best network of the shortlist, and the best of its
+    fewest-skip networks (the only ones a DEEPEST rule lets compete). Why: they split a
+    search's gap into what the shortlist lost (no better network in it) and what the
+    decision lost (a better one in it, not kept), so a change aims at the part that costs;
+    {} where no row scored a shortlist."""
+    from fbnas.search.oneshot_check import depths
+
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        keys = [c[0] for c in r.get("found_candidates") or [] if c[1] is not None]
+        if not keys or len(keys) == len(r["found_candidates"]):
+            continue
+        deep = depths([ops_of(k) for k in keys])
+        fewest = [k for k, d in zip(keys, deep) if d == max(deep)]
+        out.setdefault("the shortlist's best", []).append(
+            r["oracle_accuracy"] - max(truth[k] for k in keys))
+        out.setdefault("its best of the fewest skip", []).append(
+            r["oracle_accuracy"] - max(truth[k] for k in fewest))
+    return out
 
 
 def report_sweep(rows: list[dict], truth, echo: Callable[[str], None] = print) -> None:
@@ -200,3 +222,7 @@ def report_sweep(rows: list[dict], truth, echo: Callable[[str], None] = print) -
         if taus:
             echo("within each check's one-shot shortlist, mean Kendall tau against the "
                  "truth: " + ", ".join(f"{k} {v:.2f}" for k, v in taus.items()))
+        ceilings = shortlist_ceilings(mine, truth)
+        if ceilings:
+            echo("what each check could have kept, gap to the oracle: " + "; ".join(
+                f"{k} {spread(v)}" for k, v in ceilings.items()))

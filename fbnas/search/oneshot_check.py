@@ -61,6 +61,16 @@ def depths(networks: list[list[str]]) -> list[int]:
     return [sum(op != "skip" for op in ops) for ops in networks]
 
 
+def depth_first(depth: list[int], score) -> list[float]:
+    """One number per network that orders as a DEEPEST rule decides: by ``depth`` first,
+    then by ``score``. Why one number: the benches rank a rule's order with Kendall tau,
+    which takes a single value per network; the step between depths is wider than the
+    whole spread of the scores, so a score never overturns a depth."""
+    score = [float(x) for x in score]
+    step = 2 * max((abs(x) for x in score), default=0.0) + 1
+    return [step * d + x for d, x in zip(depth, score)]
+
+
 def log_probabilities(space, probs, networks: list[list[str]]) -> list[float]:
     """Each network's log-probability under the per-layer probabilities ``probs`` (the
     "theta" figure of a rule)."""

@@ -236,3 +236,24 @@ def test_the_shortlist_taus_say_what_the_one_shot_check_ranked_within_its_shortl
     assert taus["the decision"] == pytest.approx(1 / 3) and "depth" in taus
     plain = macro_sweep.shortlist_taus([dict(deep, rerank_by=row["rerank_by"])], truth)
     assert plain["the decision"] == pytest.approx(-1.0) and "depth" not in plain
+
+
+def test_the_ceilings_split_a_gap_into_what_the_shortlist_and_the_decision_lost():
+    """The best network a check scored one-shot, and the best of its fewest-skip ones, as
+    gaps to the oracle; rows whose check scored no shortlist add nothing."""
+    truth, _ = tiny_truth()
+    row = sweep_row(5.0, 1, "12", "12")  # oracle 21 (90)
+    # scored one-shot: 20 (one skip, 86) and 12 and 11 (none, 88 and 85); 21 was not
+    row["found_candidates"] = [["20", 50.0, 1.0, 9.0, -1.0], ["12", 40.0, 1.0, 8.0, -2.0],
+                               ["11", 45.0, 1.0, 7.0, -3.0], ["21", None, None, 1.0, -4.0]]
+    out = macro_sweep.shortlist_ceilings([row], truth)
+    assert out == {"the shortlist's best": [pytest.approx(2.0)],
+                   "its best of the fewest skip": [pytest.approx(2.0)]}
+    row["found_candidates"][2][0] = "21"  # now in the shortlist, and among the deepest
+    row["found_candidates"][3][0] = "11"
+    out = macro_sweep.shortlist_ceilings([row], truth)
+    assert out["the shortlist's best"] == [pytest.approx(0.0)]
+    everyone = dict(row, found_candidates=[c[:2] + [1.0, 1.0, 1.0] for c in [
+        ["20", 1.0], ["12", 2.0]]])
+    assert macro_sweep.shortlist_ceilings([everyone, dict(row, found_candidates=None)],
+                                          truth) == {}

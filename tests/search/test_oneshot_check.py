@@ -147,6 +147,15 @@ def test_then_one_shot_weighs_one_shot_like_naswot_within_the_best_16():
     assert choose(rule, naswot=naswot, theta=theta, top1=top1) == 9
 
 
+def test_depth_first_orders_by_depth_and_then_by_score_whatever_the_scores_spread():
+    from fbnas.search.oneshot_check import depth_first
+
+    # a score far ahead never lifts a shallower network over a deeper one
+    order = depth_first([2, 3, 3, 2], [900.0, -5.0, -4.0, 1e6])
+    assert sorted(range(4), key=lambda i: -order[i]) == [2, 1, 3, 0]
+    assert depth_first([], []) == []
+
+
 def test_deepest_rules_let_only_the_shortlists_fewest_skip_networks_compete():
     from fbnas.search.oneshot_check import depths
 
