@@ -120,6 +120,7 @@ def budget(args) -> None:
         "retrain_clip": cfg.retrain.clip_grad_norm,
         "weights_lr": cfg.optim.weights.lr,
         "search_epochs": len(hist), "retrain_epochs": args.retrain_epochs,
+        "search_seed": args.search_seed, "seeds": args.seeds,
         "search_minutes": round(sum(r["seconds"] for r in hist) / 60, 2),
         "supernet_val_top1": per_epoch(hist, "val_top1"),
         "found_val_top1": per_epoch(hist, "found_val_top1"),

@@ -270,6 +270,8 @@ def test_budget_row_holds_the_pick_and_band_randoms_with_every_seed(tmp_path, ca
     b.budget(args)
     r = json.loads(results.read_text())
     assert r["rerank_by"] == "naswot_and_theta_deepest_then_one_shot" and r["random_band"] == "budget"
+    # what repeats the row: the search's seed and the retrains' seeds, in the order of top1
+    assert r["search_seed"] == 0 and r["seeds"] == [0, 1]
     for net in [r["found"], r["control"], r["pick"], *r["random"]]:
         assert len(net["top1"]) == 2 and 0.9 * 0.03 <= net["predicted_ms"] <= 0.03
     assert "pick top-1 %" in capsys.readouterr().out
