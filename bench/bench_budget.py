@@ -10,7 +10,9 @@ by NASWOT and theta, no training). Every network is retrained with every --seeds
 same budget of epochs each. The found network is also timed (the table's runtime). One
 invocation per budget appends one JSON line to --results; ``report`` draws the table and the
 picture from that file, and ``longer`` retrains a row's found network and control again for
-more epochs; ``report --recipe NAME`` keeps one recipe's rows.
+more epochs; ``report --recipe NAME`` keeps one recipe's rows; ``check`` prints what the
+search in --out compared in its check (the row's ``check`` key: the networks' ``skip``
+counts, and whether the fewest-skip filter changed the decision).
 ``--jobs J`` retrains J networks at a time, each in its own process with --threads / J
 threads (budget and longer modes).
 
@@ -33,6 +35,7 @@ import sys
 import time
 from pathlib import Path
 
+from fbnas.config import RERANK_RULES as RULES
 from fbnas.config import Budget, load_config
 from fbnas.latency.lut import load_lut
 from fbnas.runs.checkpoint import LAST, load_checkpoint
@@ -125,6 +128,7 @@ def budget(args) -> None:
         "supernet_val_top1": per_epoch(hist, "val_top1"),
         "found_val_top1": per_epoch(hist, "found_val_top1"),
         "theta_decided": round(hist[-1].get("theta_decided", float("nan")), 3),
+        "check": check_record(raw, cfg.search.rerank_by),
         "lut_cpu": lut.data["environment"].get("cpu"),
         "found": {"ops": found, "predicted_ms": round(lat / 1000, 4),
                   "measured_ms": round(measured["median"] / 1000, 4),
@@ -147,6 +151,65 @@ def budget(args) -> None:
         f.write(json.dumps(row) + "\n")
     print_report([row])
     print(f"appended to {results}")
+
+
+def check_record(raw: dict, rule: str) -> dict | None:
+    """What the search's check compared, from its checkpoint ``raw``: how many networks it
+    checked and scored one-shot, how many ``skip`` layers they had ({count: networks}), and
+    whether rule ``rule``'s fewest-skip filter changed the decision (None for a rule
+    without one). None where the search made no check. Why: a row that beats or loses to
+    random networks with more ``skip`` layers must say whether the filter chose that."""
+    from collections import Counter
+
+    from fbnas.search.oneshot_check import depth_filter_moved
+    from fbnas.search.run import Search
+
+    decision = raw.get("decision")
+    if not decision or not decision.get("candidates"):
+        return None
+    checked, layers = decision["candidates"], len(decision["ops"])
+
+    def skips(nets: list[dict]) -> dict:
+        return {str(k): n for k, n in sorted(Counter(layers - c["depth"] for c in nets).items())}
+
+    figures = {f: [c.get(Search.CHECK_KEYS[f]) for c in checked] for f in RULES[rule]}
+    return {"checked": len(checked), "skips_checked": skips(checked),
+            "skips_scored": skips([c for c in checked if c.get("val_top1") is not None]),
+            "depth_filter_moved": depth_filter_moved(rule, **figures)}
+
+
+def check_line(row: dict) -> str | None:
+    """One line on what a row's check compared (rows from before it was recorded: None)."""
+    c = row.get("check")
+    if not c:
+        return None
+
+    def counts(d: dict) -> str:
+        return ", ".join(f"{n} with {k} skip" for k, n in d.items())
+
+    moved = {None: "", True: "; the fewest-skip filter changed the decision",
+             False: "; the fewest-skip filter changed nothing"}[c["depth_filter_moved"]]
+    return (f"{row['target_ms']:g} ms (search seed {row.get('search_seed', '?')}): the check "
+            f"compared {c['checked']} networks ({counts(c['skips_checked'])}), scored "
+            f"{sum(c['skips_scored'].values())} one-shot ({counts(c['skips_scored'])}){moved}")
+
+
+def check(args) -> None:
+    """Print what the check of the search in --out compared (check_record), as JSON for a
+    row's ``check`` key and as the report's line."""
+    if args.target_ms is None:
+        raise SystemExit("check mode needs --target-ms (the budget of the search in --out)")
+    out = Path(args.out or f"runs/bench-budget/{args.target_ms:g}ms")
+    if not (out / "search" / LAST).is_file():
+        raise SystemExit(f"check: no search checkpoint in {out / 'search'}; name the budget "
+                         "run's folder with --out")
+    raw = load_checkpoint(out / "search")
+    record = check_record(raw, raw["config"]["search"]["rerank_by"])
+    if record is None:
+        raise SystemExit(f"check: the search in {out / 'search'} made no check to report")
+    print(json.dumps(record))
+    print(check_line({"target_ms": args.target_ms, "search_seed": raw["config"]["run"]["seed"],
+                      "check": record}))
 
 
 def pick_at_budget(cfg) -> list[str]:
@@ -345,6 +408,8 @@ def report(args) -> None:
                              "copy the name from the loss column of the full report")
         print(f"recipe: {keep}")
     print_report(rows, with_recipe=not keep)
+    for line in filter(None, map(check_line, rows)):
+        print(line)
     dates = sorted(row["date"] for row in rows if row.get("date"))
     if dates:  # where a pasted table was measured
         places = ", ".join(dict.fromkeys(row.get("trained_on", "cpu") for row in rows))
@@ -356,7 +421,7 @@ def report(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["budget", "longer", "report"])
+    ap.add_argument("mode", choices=["budget", "longer", "report", "check"])
     common_options(ap)
     ap.add_argument("--target-ms", type=float, default=None,
                     help="budget: the latency budget; longer: the row to retrain")
@@ -368,7 +433,7 @@ def main() -> None:
     ap.add_argument("--time-rounds", type=int, default=20,
                     help="budget: timing rounds of the found network")
     args = parse(ap)
-    {"budget": budget, "longer": longer, "report": report}[args.mode](args)
+    {"budget": budget, "longer": longer, "report": report, "check": check}[args.mode](args)
 
 
 if __name__ == "__main__":

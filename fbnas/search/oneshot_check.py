@@ -107,10 +107,12 @@ def shortlist(rule: str, n: int, **figures: list[float]) -> list[int]:
     return sorted(range(len(score)), key=lambda i: (-score[i], -lead[i], i))[:size]
 
 
-def choose(rule: str, **figures: list[float]) -> int:
+def choose(rule: str, *, filter_depth: bool = True, **figures: list[float]) -> int:
     """The index of the network the check keeps among networks listed most probable first,
     given the figures ``rule`` uses (each a list, one value a network; larger is better; for
-    a SHORTLISTED rule, ``top1`` is needed only at the shortlist's indices)."""
+    a SHORTLISTED rule, ``top1`` is needed only at the shortlist's indices). With
+    ``filter_depth`` false a DEEPEST rule decides as if every network of its shortlist
+    competed: what its depth filter changed (:func:`depth_filter_moved`)."""
     if rule not in RULES:
         raise ValueError(f"unknown one-shot check rule {rule!r}")
     if rule in SHORTLISTED:
@@ -128,7 +130,7 @@ def choose(rule: str, **figures: list[float]) -> int:
         else:  # the shortlist's own order
             mine = score
         among = range(len(keep))
-        if rule in DEEPEST:  # the z-scores stay those of the whole shortlist
+        if rule in DEEPEST and filter_depth:  # the z-scores stay those of the whole shortlist
             most = max(figures["depth"][i] for i in keep)
             among = [j for j in among if figures["depth"][keep[j]] == most]
         return keep[max(among, key=lambda j: (mine[j], score[j], -keep[j]))]
@@ -143,6 +145,15 @@ def choose(rule: str, **figures: list[float]) -> int:
 
     ranks = sum(rankdata(v) for v in used)
     return max(n, key=lambda i: (ranks[i], used[0][i], -i))
+
+
+def depth_filter_moved(rule: str, **figures: list[float]) -> bool | None:
+    """Whether a DEEPEST rule's filter (the fewest ``skip`` layers) changed its decision
+    among the figures recorded by a check; None for other rules. Why: the filter was chosen
+    on NAS-Bench-Macro, so on another space a user asks first whether it acted at all."""
+    if rule not in DEEPEST:
+        return None
+    return choose(rule, **figures) != choose(rule, filter_depth=False, **figures)
 
 
 def checked_networks(lut, space, probs, budget_us: float, floor: float, k: int,

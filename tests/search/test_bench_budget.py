@@ -275,3 +275,37 @@ def test_budget_row_holds_the_pick_and_band_randoms_with_every_seed(tmp_path, ca
     for net in [r["found"], r["control"], r["pick"], *r["random"]]:
         assert len(net["top1"]) == 2 and 0.9 * 0.03 <= net["predicted_ms"] <= 0.03
     assert "pick top-1 %" in capsys.readouterr().out
+    # what the check compared, and whether its fewest-skip filter chose: in the row, and
+    # printed again from the run folder by check mode
+    c = r["check"]
+    assert c["checked"] == sum(c["skips_checked"].values()) > 1
+    assert 1 <= sum(c["skips_scored"].values()) <= 16
+    assert set(c["skips_scored"]) <= set(c["skips_checked"])
+    assert isinstance(c["depth_filter_moved"], bool)
+    b.check(argparse.Namespace(target_ms=0.03, out=args.out))
+    printed = capsys.readouterr().out.splitlines()
+    assert json.loads(printed[0]) == c
+    assert printed[1].startswith(f"0.03 ms (search seed 0): the check compared {c['checked']} ")
+
+
+def test_check_mode_names_the_folder_it_needs(tmp_path):
+    import argparse
+
+    with pytest.raises(SystemExit, match="no search checkpoint .* --out"):
+        bench().check(argparse.Namespace(target_ms=1.0, out=str(tmp_path)))
+
+
+def test_report_says_what_each_rows_check_compared(tmp_path, capsys):
+    import argparse
+
+    b = bench()
+    checked = row(1.8, [60.0], [58.0], [61.0])
+    checked.update(search_seed=7, check={"checked": 64, "skips_checked": {"3": 47, "4": 17},
+                                         "skips_scored": {"3": 16}, "depth_filter_moved": False})
+    results = tmp_path / "budget.jsonl"
+    results.write_text("\n".join(json.dumps(r) for r in [row(1.0, [50.0], [49.0], []), checked]))
+    b.report(argparse.Namespace(results=str(results), png=None, recipe=None))
+    lines = [l for l in capsys.readouterr().out.splitlines() if "the check compared" in l]
+    assert lines == ["1.8 ms (search seed 7): the check compared 64 networks (47 with 3 skip, "
+                     "17 with 4 skip), scored 16 one-shot (16 with 3 skip); the fewest-skip "
+                     "filter changed nothing"]

@@ -180,3 +180,21 @@ def test_deepest_rules_let_only_the_shortlists_fewest_skip_networks_compete():
     flat = [6] * 20
     assert (choose(rule, naswot=naswot, theta=theta, top1=top1, depth=flat)
             == choose("naswot_and_theta_then_one_shot", naswot=naswot, theta=theta, top1=top1))
+
+
+def test_depth_filter_moved_says_whether_the_fewest_skip_filter_changed_the_decision():
+    from fbnas.search.oneshot_check import depth_filter_moved
+
+    naswot, theta = [float(320 - i) for i in range(20)], [-1.0] * 20
+    top1 = [50.0] * 16 + [None] * 4
+    rule = "naswot_and_theta_deepest_then_one_shot"
+    deeper_nine = [6] * 20
+    deeper_nine[9] = 7  # the filter turns the decision from 0 to 9
+    assert depth_filter_moved(rule, naswot=naswot, theta=theta, top1=top1, depth=deeper_nine)
+    deeper_first = [6] * 20
+    deeper_first[0] = 7  # the best network is the deepest too: the filter changes nothing
+    assert not depth_filter_moved(rule, naswot=naswot, theta=theta, top1=top1,
+                                  depth=deeper_first)
+    # a rule without the filter has nothing to say
+    assert depth_filter_moved("naswot_and_theta_then_one_shot", naswot=naswot, theta=theta,
+                              top1=top1) is None
