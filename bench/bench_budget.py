@@ -155,8 +155,9 @@ def budget(args) -> None:
 
 def check_record(raw: dict, rule: str) -> dict | None:
     """What the search's check compared, from its checkpoint ``raw``: how many networks it
-    checked and scored one-shot, how many ``skip`` layers they had ({count: networks}), and
-    whether rule ``rule``'s fewest-skip filter changed the decision (None for a rule
+    checked and scored one-shot, how many ``skip`` layers they had ({count: networks}), the
+    lowest and highest one-shot val top-1 among those scored (a spread within the val split's
+    sampling noise decides nothing), and whether rule ``rule``'s fewest-skip filter changed the decision (None for a rule
     without one). None where the search made no check. Why: a row that beats or loses to
     random networks with more ``skip`` layers must say whether the filter chose that."""
     from collections import Counter
@@ -173,8 +174,11 @@ def check_record(raw: dict, rule: str) -> dict | None:
         return {str(k): n for k, n in sorted(Counter(layers - c["depth"] for c in nets).items())}
 
     figures = {f: [c.get(Search.CHECK_KEYS[f]) for c in checked] for f in RULES[rule]}
+    scored = [c for c in checked if c.get("val_top1") is not None]
     return {"checked": len(checked), "skips_checked": skips(checked),
-            "skips_scored": skips([c for c in checked if c.get("val_top1") is not None]),
+            "skips_scored": skips(scored),
+            "top1_scored": [round(f(c["val_top1"] for c in scored), 2) for f in (min, max)]
+            if scored else None,
             "depth_filter_moved": depth_filter_moved(rule, **figures)}
 
 
@@ -189,9 +193,12 @@ def check_line(row: dict) -> str | None:
 
     moved = {None: "", True: "; the fewest-skip filter changed the decision",
              False: "; the fewest-skip filter changed nothing"}[c["depth_filter_moved"]]
+    top1 = c.get("top1_scored")
+    spread = f", top-1 {top1[0]:.2f} to {top1[1]:.2f}" if top1 else ""
     return (f"{row['target_ms']:g} ms (search seed {row.get('search_seed', '?')}): the check "
             f"compared {c['checked']} networks ({counts(c['skips_checked'])}), scored "
-            f"{sum(c['skips_scored'].values())} one-shot ({counts(c['skips_scored'])}){moved}")
+            f"{sum(c['skips_scored'].values())} one-shot ({counts(c['skips_scored'])}{spread})"
+            f"{moved}")
 
 
 def check(args) -> None:

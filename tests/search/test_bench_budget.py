@@ -282,6 +282,7 @@ def test_budget_row_holds_the_pick_and_band_randoms_with_every_seed(tmp_path, ca
     assert 1 <= sum(c["skips_scored"].values()) <= 16
     assert set(c["skips_scored"]) <= set(c["skips_checked"])
     assert isinstance(c["depth_filter_moved"], bool)
+    assert 0 <= c["top1_scored"][0] <= c["top1_scored"][1] <= 100
     b.check(argparse.Namespace(target_ms=0.03, out=args.out))
     printed = capsys.readouterr().out.splitlines()
     assert json.loads(printed[0]) == c
@@ -301,11 +302,12 @@ def test_report_says_what_each_rows_check_compared(tmp_path, capsys):
     b = bench()
     checked = row(1.8, [60.0], [58.0], [61.0])
     checked.update(search_seed=7, check={"checked": 64, "skips_checked": {"3": 47, "4": 17},
-                                         "skips_scored": {"3": 16}, "depth_filter_moved": False})
+                                         "skips_scored": {"3": 16}, "top1_scored": [17.91, 19.49],
+                                         "depth_filter_moved": False})
     results = tmp_path / "budget.jsonl"
     results.write_text("\n".join(json.dumps(r) for r in [row(1.0, [50.0], [49.0], []), checked]))
     b.report(argparse.Namespace(results=str(results), png=None, recipe=None))
     lines = [l for l in capsys.readouterr().out.splitlines() if "the check compared" in l]
     assert lines == ["1.8 ms (search seed 7): the check compared 64 networks (47 with 3 skip, "
-                     "17 with 4 skip), scored 16 one-shot (16 with 3 skip); the fewest-skip "
-                     "filter changed nothing"]
+                     "17 with 4 skip), scored 16 one-shot (16 with 3 skip, top-1 17.91 to 19.49); "
+                     "the fewest-skip filter changed nothing"]
