@@ -296,7 +296,9 @@ def print_report(rows: list[dict], with_recipe: bool = True) -> None:
             picked = f"{v['pick']:.2f} +- {v['pick_sd']:.2f}"
             beats = f"pick: {'yes' if v['beats_pick'] else 'no'}; "
         name = f"{recipe(row)} | " if with_recipe else ""
-        print(f"| {row['target_ms']:g} | {name}{fd['predicted_ms']:.3f} / "
+        # the search's seed where the row records it: one budget may have several rows
+        seed = f" (seed {row['search_seed']})" if "search_seed" in row else ""
+        print(f"| {row['target_ms']:g}{seed} | {name}{fd['predicted_ms']:.3f} / "
               f"{fd['measured_ms']:.3f} "
               f"| {fd['ops'].count('skip')}/{len(fd['ops'])} | {v['found']:.2f} +- "
               f"{v['found_sd']:.2f} | {ct['predicted_ms']:.3f} | {v['control']:.2f} +- "

@@ -307,7 +307,11 @@ def test_report_says_what_each_rows_check_compared(tmp_path, capsys):
     results = tmp_path / "budget.jsonl"
     results.write_text("\n".join(json.dumps(r) for r in [row(1.0, [50.0], [49.0], []), checked]))
     b.report(argparse.Namespace(results=str(results), png=None, recipe=None))
-    lines = [l for l in capsys.readouterr().out.splitlines() if "the check compared" in l]
+    out = capsys.readouterr().out.splitlines()
+    # two rows of one budget are told apart by their search seed where it was recorded
+    assert any(l.startswith("| 1.8 (seed 7) |") for l in out)
+    assert any(l.startswith("| 1 |") for l in out)
+    lines = [l for l in out if "the check compared" in l]
     assert lines == ["1.8 ms (search seed 7): the check compared 64 networks (47 with 3 skip, "
                      "17 with 4 skip), scored 16 one-shot (16 with 3 skip, top-1 17.91 to 19.49); "
                      "the fewest-skip filter changed nothing"]
