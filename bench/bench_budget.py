@@ -35,7 +35,6 @@ import sys
 import time
 from pathlib import Path
 
-from fbnas.config import RERANK_RULES as RULES
 from fbnas.config import Budget, load_config
 from fbnas.latency.lut import load_lut
 from fbnas.runs.checkpoint import LAST, load_checkpoint
@@ -156,10 +155,11 @@ def budget(args) -> None:
 def check_record(raw: dict, rule: str) -> dict | None:
     """What the search's check compared, from its checkpoint ``raw``: how many networks it
     checked and scored one-shot, how many ``skip`` layers they had ({count: networks}), the
-    lowest and highest one-shot val top-1 among those scored (a spread within the val split's
-    sampling noise decides nothing), and whether rule ``rule``'s fewest-skip filter changed the decision (None for a rule
-    without one). None where the search made no check. Why: a row that beats or loses to
-    random networks with more ``skip`` layers must say whether the filter chose that."""
+    lowest and highest one-shot val top-1 among those scored (a spread within the val
+    split's sampling noise decides nothing), and whether rule ``rule``'s fewest-skip filter
+    changed the decision (None for a rule without one). None where the search made no
+    check. Why: a row that beats or loses to random networks with more ``skip`` layers must
+    say whether the filter chose that."""
     from collections import Counter
 
     from fbnas.search.oneshot_check import depth_filter_moved
@@ -173,7 +173,7 @@ def check_record(raw: dict, rule: str) -> dict | None:
     def skips(nets: list[dict]) -> dict:
         return {str(k): n for k, n in sorted(Counter(layers - c["depth"] for c in nets).items())}
 
-    figures = {f: [c.get(Search.CHECK_KEYS[f]) for c in checked] for f in RULES[rule]}
+    figures = Search.check_figures(rule, checked)
     scored = [c for c in checked if c.get("val_top1") is not None]
     return {"checked": len(checked), "skips_checked": skips(checked),
             "skips_scored": skips(scored),
@@ -202,10 +202,10 @@ def check_line(row: dict) -> str | None:
 
 
 def check(args) -> None:
-    """Print what the check of the search in --out compared (check_record), as JSON for a
-    row's ``check`` key and as the report's line."""
-    if args.target_ms is None:
-        raise SystemExit("check mode needs --target-ms (the budget of the search in --out)")
+    """Print what the check of the search in --out (default: --target-ms's budget folder)
+    compared (check_record), as JSON for a row's ``check`` key and as the report's line."""
+    if args.out is None and args.target_ms is None:
+        raise SystemExit("check mode needs --out (a budget run's folder) or --target-ms")
     out = Path(args.out or f"runs/bench-budget/{args.target_ms:g}ms")
     if not (out / "search" / LAST).is_file():
         raise SystemExit(f"check: no search checkpoint in {out / 'search'}; name the budget "
@@ -215,7 +215,8 @@ def check(args) -> None:
     if record is None:
         raise SystemExit(f"check: the search in {out / 'search'} made no check to report")
     print(json.dumps(record))
-    print(check_line({"target_ms": args.target_ms, "search_seed": raw["config"]["run"]["seed"],
+    cfg = raw["config"]
+    print(check_line({"target_ms": cfg["loss"]["target_ms"], "search_seed": cfg["run"]["seed"],
                       "check": record}))
 
 

@@ -339,11 +339,12 @@ class Search(Trainer):
         best = choose(rule, **self.check_figures(rule, scored))
         return {"ops": scored[best]["ops"], "rank": best, "candidates": scored}
 
-    def check_figures(self, rule: str, scored: list[dict]) -> dict:
+    @classmethod
+    def check_figures(cls, rule: str, scored: list[dict]) -> dict:
         """The figures ``rule`` uses, one list each over the checked networks ``scored``
         (None where a network has none yet: one-shot top-1 before, or outside, the
-        shortlist)."""
-        return {f: [s.get(self.CHECK_KEYS[f]) for s in scored] for f in RULES[rule]}
+        shortlist). A class method: benches read them back from a checkpoint's decision."""
+        return {f: [s.get(cls.CHECK_KEYS[f]) for s in scored] for f in RULES[rule]}
 
     def build_model(self) -> Supernet:
         return build_supernet(self.cfg, self.space, self.lut)

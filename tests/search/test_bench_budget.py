@@ -294,6 +294,8 @@ def test_check_mode_names_the_folder_it_needs(tmp_path):
 
     with pytest.raises(SystemExit, match="no search checkpoint .* --out"):
         bench().check(argparse.Namespace(target_ms=1.0, out=str(tmp_path)))
+    with pytest.raises(SystemExit, match="needs --out"):
+        bench().check(argparse.Namespace(target_ms=None, out=None))
 
 
 def test_report_says_what_each_rows_check_compared(tmp_path, capsys):
