@@ -33,6 +33,10 @@ random networks of the search's window against the truth: Kendall tau and the co
 deciding by it, of the one-shot top-1 on its weights, NASWOT, MACs, theta, depth and
 combinations; rows to --rank-results; ``report --protocol rank`` prints their means.
 
+finetune (macro_finetune.py): for finished searches, their check's shortlist scored and
+decided again after --finetune-epochs of training the shared weights on it alone; rows to
+--finetune-results; ``report --protocol finetune`` prints before against after.
+
 report (macro_report.py): the table of --results (with --by-budget, one line per budget
 instead of one per search), a summary per recipe with when and on which CPU model it was
 searched, what rules that need no search (most MACs within the budget, slowest within it;
@@ -51,6 +55,7 @@ report takes in the searches of an earlier check, decided by its own);
     python bench/bench_macro.py pick --quantiles 0.1 0.2 0.3 0.4 0.5 0.6 0.7 0.8 0.9
     python bench/bench_macro.py sweep --jobs 2 --seeds-per-budget 2
     python bench/bench_macro.py rank runs/bench-macro/*ms-s* --rank 40
+    python bench/bench_macro.py finetune runs/bench-macro/*ms-s*/ --finetune-epochs 1 2
     python bench/bench_macro.py report --png bench/results/macro.png
     python bench/bench_macro.py report --paired "RECIPE A" "RECIPE B" --seeds 26 27 28
 """
@@ -82,6 +87,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_budget import theta_steps_taken  # noqa: E402
 from bench_common import log_to, per_epoch  # noqa: E402
 from groundtruth import all_keys, judge, key_of, latency_quantile, load_truth, ops_of  # noqa: E402
+from macro_finetune import finetune_table, measure  # noqa: E402
 from macro_paired import report_paired  # noqa: E402
 from macro_rank import band_ranking, rank_table, window_keys  # noqa: E402
 from macro_report import (by_budget, draw, headroom, print_table, provenance,  # noqa: E402
@@ -589,6 +595,34 @@ def rank(args) -> None:
             f"{k} {v:.2f}" for k, v in row["tau"].items()), flush=True)
 
 
+def finetune(args) -> None:
+    """macro_finetune.py: for each finished search of ``args.runs``, its check's shortlist
+    scored and decided again after fine-tuning the shared weights on it, one row each."""
+    import torch
+
+    if not args.runs:
+        raise SystemExit("finetune: name the finished search run directories to measure")
+    _, _, truth, lat, _ = setting(args)
+    torch.set_num_threads(args.threads)
+    results = Path(args.finetune_results)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    for run in map(Path, args.runs):
+        if not (run / "checkpoints").is_dir():
+            raise SystemExit(f"finetune: {run} holds no search checkpoints; name a finished "
+                             "search's run directory (runs/bench-macro/<budget>ms-s<seed>)")
+        for epochs in args.finetune_epochs:
+            row = measure(finished_search(run), truth, lat, epochs, args.finetune_lr)
+            if row is None:
+                print(f"{run}: its check scored no network one-shot, nothing to fine-tune")
+                break
+            row.update(run=str(run), cpu=cpu_model(), date=time.strftime("%Y-%m-%d"))
+            with open(results, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(f"{run}, {epochs:g} epochs: tau {row['tau_before']:.2f} -> "
+                  f"{row['tau_after']:.2f}, gap {row['gap_before']:.2f} -> "
+                  f"{row['gap_after']:.2f} ({row['finetune_seconds']:.0f} s)", flush=True)
+
+
 def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -601,6 +635,14 @@ def report(args) -> None:
             raise SystemExit(f"report --protocol rank: no rows in {args.rank_results}; run "
                              "bench_macro.py rank first")
         print(rank_table(rows))
+        return
+    if args.protocol == "finetune":  # macro_finetune.py's rows, in a file of their own
+        path = Path(args.finetune_results)
+        rows = read_rows(path) if path.is_file() else []
+        if not rows:
+            raise SystemExit(f"report --protocol finetune: no rows in {path}; run "
+                             "bench_macro.py finetune first")
+        print(finetune_table(rows))
         return
     rows = read_rows(Path(args.results))
     if args.seeds is not None:
@@ -649,7 +691,8 @@ def report(args) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["search", "score", "pick", "sweep", "rank", "report"])
+    ap.add_argument("mode", choices=["search", "score", "pick", "sweep", "rank", "finetune",
+                                         "report"])
     ap.add_argument("runs", nargs="*", help="score, rank: finished search run directories")
     ap.add_argument("--config", default="configs/macro.yaml")
     ap.add_argument("--set", action="append", default=[], help="extra config key=value")
@@ -661,7 +704,7 @@ def main(argv: list[str] | None = None) -> None:
                          "(default 0.2 0.4 0.6 0.8; sweep: 0.05 to 0.95 by 0.05, or a part)")
     ap.add_argument("--seeds-per-budget", type=int, default=2,
                     help="sweep: searches at each budget, each with a freshly drawn seed")
-    ap.add_argument("--protocol", choices=["sweep", "rank"], default=None,
+    ap.add_argument("--protocol", choices=["sweep", "rank", "finetune"], default=None,
                     help="report: the sweep's rows and tables (default: the other rows, "
                          "those the recipes were chosen on)")
     ap.add_argument("--target-ms", type=float, nargs="+", default=None,
@@ -699,6 +742,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--results", default="bench/results/macro.jsonl")
     ap.add_argument("--rank-results", default="bench/results/macro_rank.jsonl",
                     help="rank: where its rows go; report --protocol rank reads them")
+    ap.add_argument("--finetune-epochs", type=float, nargs="+", default=[1.0],
+                    help="finetune: epochs of the weight split to train the shortlist on "
+                         "(each a row, from the search's own weights)")
+    ap.add_argument("--finetune-lr", type=float, default=0.01,
+                    help="finetune: the SGD learning rate of that training")
+    ap.add_argument("--finetune-results", default="bench/results/macro_finetune.jsonl",
+                    help="finetune: where its rows go; report --protocol finetune reads them")
     ap.add_argument("--png", default=None, help="report: where to draw the picture")
     ap.add_argument("--paired", nargs=2, metavar=("A", "B"), default=None,
                     help="report: compare recipes A and B search by search, paired by budget "
@@ -712,7 +762,7 @@ def main(argv: list[str] | None = None) -> None:
                          "by NASWOT and look the best one up (a search with no training)")
     args = ap.parse_args(argv)
     {"search": search, "score": score, "pick": picks, "sweep": sweep, "rank": rank,
-     "report": report}[args.mode](args)
+     "finetune": finetune, "report": report}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -424,6 +424,23 @@ optim: {{theta: {{lr: 0.1}}}}
     together = search.evaluate_on(loaders, path=path)
     assert together == [search.evaluate(loader, path=path) for loader in loaders]
     assert together[0]["images"] > 0 and together[1]["images"] > 0
+    # finetune: the check's networks scored and decided again after training on them alone;
+    # with no training, exactly what the search's check recorded and decided
+    tuned = tmp_path / "finetune.jsonl"
+    b.main(["finetune", str(run), *common, "--finetune-epochs", "0", "0.5", "--threads", "1",
+            "--finetune-results", str(tuned)])
+    zero, half = (json.loads(line) for line in tuned.read_text().splitlines())
+    assert zero["keys"] == half["keys"] == [c[0] for c in row["found_candidates"]]
+    assert zero["after"] == zero["before"] == [c[1:3] for c in row["found_candidates"]]
+    assert zero["found_after"] == zero["found_before"] == row["found"]
+    assert zero["gap_after"] == zero["gap_before"] == row["gap"]
+    assert half["before"] == zero["before"] and half["after"] != half["before"]
+    assert half["finetune_seconds"] > 0 and half["truth"] == [truth[k] for k in half["keys"]]
+    b.main(["report", *common, "--protocol", "finetune", "--finetune-results", str(tuned)])
+    out = capsys.readouterr().out
+    assert "| 0 epochs at lr 0.01 | 1 |" in out and "| 0.5 epochs at lr 0.01 | 1 |" in out
+    untrained = next(line for line in out.splitlines() if line.startswith("| 0 epochs"))
+    assert untrained.endswith("| 0 / 1 / 0 |")  # the same decision
     png = tmp_path / "macro.png"
     b.main(["report", *common, "--png", str(png), "--naswot-window"])
     assert png.stat().st_size > 0

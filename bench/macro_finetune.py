@@ -1,0 +1,123 @@
+"""Does training the shared weights on the check's shortlist rank it better? (bench_macro.py
+finetune RUN..., then ``report --protocol finetune``)
+
+Why: within the 16 networks a budget search's check scores one-shot, the best of them is
+usually as good as the budget's best network, but the one-shot top-1 orders them poorly
+(Kendall tau about 0.3 against the truth). One suspect is uneven training: in the last
+epochs theta draws its favourites more often, so their one-shot scores rise for how often
+they trained rather than how good they are. Fine-tuning the supernet's weights on the
+shortlist alone, each network in turn, evens that out and narrows the weights to the
+networks that compete (the issue's "more weight steps on the paths inside the band").
+
+For each finished search it loads the last weights, trains them ``--finetune-epochs`` epochs
+of the weight split (plain SGD with the search's momentum and weight decay at
+``--finetune-lr``), the shortlist's networks taking the batches in turn, scores the shortlist
+again (BN statistics re-estimated for each network, as the check does) and decides again by
+the search's own rule. A row keeps both sets of figures, paired: the same weights, networks,
+data and rule before and after.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from groundtruth import key_of, judge  # bench/, beside this file
+from macro_report import SEED_STD, tau
+
+
+def fine_tune(search, paths: list, epochs: float, lr: float, seed: int) -> float:
+    """Train ``search``'s supernet weights (not theta) for ``epochs`` epochs of its weight
+    split, path ``paths[i % len(paths)]`` taking batch i; returns the seconds it took."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(seed)
+    net, ow = search.net, search.cfg.optim.weights
+    params = [p for name, p in net.named_parameters() if not name.endswith("theta")]
+    opt = torch.optim.SGD(params, lr=lr, momentum=ow.momentum, weight_decay=ow.weight_decay,
+                          nesterov=ow.nesterov)
+    steps, done, epoch, start = int(epochs * len(search.train_loader)), 0, 0, time.time()
+    net.train()
+    while done < steps:
+        search.train_loader.set_epoch(epoch)
+        for x, y in search.train_loader:
+            if done == steps:
+                break
+            loss = F.cross_entropy(net(x, path=paths[done % len(paths)])[0], y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            done += 1
+        epoch += 1
+    net.eval()
+    return time.time() - start
+
+
+def measure(search, truth, lat, epochs: float, lr: float) -> dict | None:
+    """The paired row for one finished search: its check's one-shot figures and decision
+    before and after fine-tuning on its shortlist; None where it made no one-shot check."""
+    from fbnas.search.oneshot_check import choose
+
+    decision, rule = search.decision, search.cfg.search.rerank_by
+    if not decision or not any(c.get("val_top1") is not None for c in decision["candidates"]):
+        return None
+    checked = [dict(c) for c in decision["candidates"]]
+    scored = [i for i, c in enumerate(checked) if c.get("val_top1") is not None]
+    keys = [key_of(checked[i]["ops"]) for i in scored]
+    budget_us = search.budget.us
+    before = [[checked[i]["val_top1"], checked[i]["val_ce"]] for i in scored]
+    found_before = key_of(checked[choose(rule, **search.check_figures(rule, checked))]["ops"])
+    paths = [search.net.path_of(checked[i]["ops"]) for i in scored]
+    seconds = fine_tune(search, paths, epochs, lr, search.cfg.run.seed)
+    after = []
+    for i, path in zip(scored, paths):
+        figures = search.evaluate(search.val_loader, path=path)
+        checked[i].update(val_top1=figures["top1"], val_ce=figures["ce"])
+        after.append([figures["top1"], figures["ce"]])
+    found_after = key_of(checked[choose(rule, **search.check_figures(rule, checked))]["ops"])
+    true = [truth[k] for k in keys]
+    v_before, v_after = (judge(truth, lat, budget_us, k) for k in (found_before, found_after))
+    return {"protocol": "finetune", "budget_ms": search.budget.ms, "seed": search.cfg.run.seed,
+            "rule": rule, "finetune_epochs": epochs, "finetune_lr": lr,
+            "finetune_seconds": round(seconds, 1), "keys": keys, "truth": true,
+            "before": [[round(a, 2), round(b, 4)] for a, b in before],
+            "after": [[round(a, 2), round(b, 4)] for a, b in after],
+            "found_before": found_before, "found_after": found_after,
+            "gap_before": round(v_before.gap, 3), "gap_after": round(v_after.gap, 3),
+            "tau_before": round(tau([a for a, _ in before], true), 3),
+            "tau_after": round(tau([a for a, _ in after], true), 3),
+            "tau_ce_before": round(tau([-b for _, b in before], true), 3),
+            "tau_ce_after": round(tau([-b for _, b in after], true), 3)}
+
+
+def finetune_table(rows: list[dict]) -> str:
+    """One line per fine-tuning setting (epochs, rate): the searches, the mean tau of the
+    shortlist's one-shot top-1 and CE against the truth before and after, the decision's gap
+    to the oracle before and after (median, mean, worst), and how the after-decision fared
+    against the before-decision search by search (better / within the benchmark's seed
+    spread / worse)."""
+    def mean(values) -> float:
+        values = [v for v in values if v == v]  # a shortlist of equal scores has no tau
+        return statistics.mean(values) if values else float("nan")
+
+    def gaps(values) -> str:
+        return (f"{statistics.median(values):.2f} / {statistics.mean(values):.2f} / "
+                f"{max(values):.2f}")
+
+    lines = ["| fine-tuning | searches | tau top-1 before, after | tau CE before, after | "
+             "gap before: median / mean / worst | gap after | after vs before |",
+             "|---|---:|---|---|---|---|---|"]
+    for setting in sorted({(r["finetune_epochs"], r["finetune_lr"]) for r in rows}):
+        mine = [r for r in rows if (r["finetune_epochs"], r["finetune_lr"]) == setting]
+        diff = [r["gap_before"] - r["gap_after"] for r in mine]
+        won, lost = sum(d > SEED_STD for d in diff), sum(d < -SEED_STD for d in diff)
+        lines.append(
+            f"| {setting[0]:g} epochs at lr {setting[1]:g} | {len(mine)} | "
+            f"{mean(r['tau_before'] for r in mine):.2f}, "
+            f"{mean(r['tau_after'] for r in mine):.2f} | "
+            f"{mean(r['tau_ce_before'] for r in mine):.2f}, "
+            f"{mean(r['tau_ce_after'] for r in mine):.2f} | "
+            f"{gaps([r['gap_before'] for r in mine])} | {gaps([r['gap_after'] for r in mine])} | "
+            f"{won} / {len(mine) - won - lost} / {lost} |")
+    return "\n".join(lines)

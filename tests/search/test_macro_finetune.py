@@ -1,0 +1,26 @@
+"""bench_macro.py finetune's table (macro_finetune.py): before against after, search by search."""
+
+import math
+
+from tests.search.test_macro import bench
+
+bench()  # bench/ on the path, as the bench's own imports need it
+import macro_finetune  # noqa: E402
+
+
+def row(epochs, before, after, tau_before=0.2, tau_after=0.4):
+    return {"finetune_epochs": epochs, "finetune_lr": 0.01, "gap_before": before,
+            "gap_after": after, "tau_before": tau_before, "tau_after": tau_after,
+            "tau_ce_before": 0.1, "tau_ce_after": float("nan")}
+
+
+def test_each_setting_gets_its_taus_gaps_and_paired_count():
+    rows = [row(1, 0.5, 0.1), row(1, 0.2, 0.25), row(1, 0.0, 0.6, tau_after=math.nan),
+            row(2, 0.3, 0.3)]
+    table = macro_finetune.finetune_table(rows).splitlines()
+    assert table[0].startswith("| fine-tuning | searches | tau top-1 before, after |")
+    # better by more than the seed spread (0.14) once, within it once, worse once; a tau
+    # that is undefined (a shortlist of equal scores) is left out of the mean
+    assert table[2] == ("| 1 epochs at lr 0.01 | 3 | 0.20, 0.40 | 0.10, nan | "
+                        "0.20 / 0.23 / 0.50 | 0.25 / 0.32 / 0.60 | 1 / 1 / 1 |")
+    assert table[3].startswith("| 2 epochs at lr 0.01 | 1 |") and table[3].endswith("0 / 1 / 0 |")
