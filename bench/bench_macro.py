@@ -87,7 +87,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_budget import theta_steps_taken  # noqa: E402
 from bench_common import log_to, per_epoch  # noqa: E402
 from groundtruth import all_keys, judge, key_of, latency_quantile, load_truth, ops_of  # noqa: E402
-from macro_finetune import finetune_table, measure  # noqa: E402
+from macro_finetune import finetune_table, measure, skip_bias  # noqa: E402
 from macro_paired import report_paired  # noqa: E402
 from macro_rank import band_ranking, rank_table, window_keys  # noqa: E402
 from macro_report import (by_budget, draw, headroom, print_table, provenance,  # noqa: E402
@@ -643,6 +643,11 @@ def report(args) -> None:
             raise SystemExit(f"report --protocol finetune: no rows in {path}; run "
                              "bench_macro.py finetune first")
         print(finetune_table(rows))
+        for setting in sorted({(r["finetune_epochs"], r["finetune_lr"]) for r in rows}):
+            print(f"\nby skip layers, {setting[0]:g} epochs at lr {setting[1]:g} (each less "
+                  "its shortlist's mean):")
+            print(skip_bias([r for r in rows if (r["finetune_epochs"], r["finetune_lr"])
+                             == setting]))
         return
     rows = read_rows(Path(args.results))
     if args.seeds is not None:

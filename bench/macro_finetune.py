@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from groundtruth import key_of, judge  # bench/, beside this file
+from groundtruth import judge, key_of, ops_of  # bench/, beside this file
 from macro_report import SEED_STD, tau
 
 
@@ -120,4 +120,27 @@ def finetune_table(rows: list[dict]) -> str:
             f"{mean(r['tau_ce_after'] for r in mine):.2f} | "
             f"{gaps([r['gap_before'] for r in mine])} | {gaps([r['gap_after'] for r in mine])} | "
             f"{won} / {len(mine) - won - lost} / {lost} |")
+    return "\n".join(lines)
+
+
+def skip_bias(rows: list[dict]) -> str:
+    """Per number of ``skip`` layers above the shortlist's fewest: the mean of each
+    network's true top-1, and of its one-shot top-1 before and after fine-tuning, each less
+    its shortlist's mean (over one fine-tuning setting's rows). Why: a one-shot score that
+    rises with depth far faster than the truth does ranks a deeper network over a better
+    shallower one, whatever order it keeps within a depth."""
+    by_extra: dict[int, list[list[float]]] = {}
+    for r in rows:
+        skips = [ops_of(k).count("skip") for k in r["keys"]]
+        columns = (r["truth"], [a for a, _ in r["before"]], [a for a, _ in r["after"]])
+        means = [statistics.mean(c) for c in columns]
+        for i, s in enumerate(skips):
+            by_extra.setdefault(s - min(skips), []).append(
+                [c[i] - m for c, m in zip(columns, means)])
+    lines = ["| skip above the fewest | networks | truth | one-shot before | one-shot after |",
+             "|---:|---:|---:|---:|---:|"]
+    for extra in sorted(by_extra):
+        got = by_extra[extra]
+        lines.append(f"| {extra} | {len(got)} | " + " | ".join(
+            f"{statistics.mean(g[j] for g in got):+.2f}" for j in range(3)) + " |")
     return "\n".join(lines)

@@ -24,3 +24,15 @@ def test_each_setting_gets_its_taus_gaps_and_paired_count():
     assert table[2] == ("| 1 epochs at lr 0.01 | 3 | 0.20, 0.40 | 0.10, nan | "
                         "0.20 / 0.23 / 0.50 | 0.25 / 0.32 / 0.60 | 1 / 1 / 1 |")
     assert table[3].startswith("| 2 epochs at lr 0.01 | 1 |") and table[3].endswith("0 / 1 / 0 |")
+
+
+def test_skip_bias_centres_each_figure_on_its_shortlist_by_skip_count():
+    # a two-layer shortlist: "12" has no skip, "02" and "10" one each
+    r = {"keys": ["12", "02", "10"], "truth": [91.0, 90.0, 92.0],
+         "before": [[50.0, 1.0], [44.0, 1.2], [44.0, 1.2]],
+         "after": [[47.0, 1.0], [46.0, 1.1], [48.0, 1.0]]}
+    table = macro_finetune.skip_bias([r]).splitlines()
+    # truth's mean 91, one-shot's 46 before and 47 after: the deeper network gains 4 points
+    # one-shot before for 0 true points, none after
+    assert table[2] == "| 0 | 1 | +0.00 | +4.00 | +0.00 |"
+    assert table[3] == "| 1 | 2 | +0.00 | -2.00 | +0.00 |"
