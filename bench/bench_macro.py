@@ -87,7 +87,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_budget import theta_steps_taken  # noqa: E402
 from bench_common import log_to, per_epoch  # noqa: E402
 from groundtruth import all_keys, judge, key_of, latency_quantile, load_truth, ops_of  # noqa: E402
-from macro_finetune import finetune_table, measure, skip_bias  # noqa: E402
+from macro_finetune import (finetune_table, measure, setting_name, setting_of,  # noqa: E402
+                            skip_bias)
 from macro_paired import report_paired  # noqa: E402
 from macro_rank import band_ranking, rank_table, window_keys  # noqa: E402
 from macro_report import (by_budget, draw, headroom, print_table, provenance,  # noqa: E402
@@ -611,7 +612,8 @@ def finetune(args) -> None:
             raise SystemExit(f"finetune: {run} holds no search checkpoints; name a finished "
                              "search's run directory (runs/bench-macro/<budget>ms-s<seed>)")
         for epochs in args.finetune_epochs:
-            row = measure(finished_search(run), truth, lat, epochs, args.finetune_lr)
+            row = measure(finished_search(run), truth, lat, epochs, args.finetune_lr,
+                          args.finetune_split)
             if row is None:
                 print(f"{run}: its check scored no network one-shot, nothing to fine-tune")
                 break
@@ -643,11 +645,10 @@ def report(args) -> None:
             raise SystemExit(f"report --protocol finetune: no rows in {path}; run "
                              "bench_macro.py finetune first")
         print(finetune_table(rows))
-        for setting in sorted({(r["finetune_epochs"], r["finetune_lr"]) for r in rows}):
-            print(f"\nby skip layers, {setting[0]:g} epochs at lr {setting[1]:g} (each less "
-                  "its shortlist's mean):")
-            print(skip_bias([r for r in rows if (r["finetune_epochs"], r["finetune_lr"])
-                             == setting]))
+        for tuning in sorted({setting_of(r) for r in rows}):
+            print(f"\nby skip layers, {setting_name(tuning)} (each less its shortlist's "
+                  "mean):")
+            print(skip_bias([r for r in rows if setting_of(r) == tuning]))
         return
     rows = read_rows(Path(args.results))
     if args.seeds is not None:
@@ -752,6 +753,9 @@ def main(argv: list[str] | None = None) -> None:
                          "(each a row, from the search's own weights)")
     ap.add_argument("--finetune-lr", type=float, default=0.01,
                     help="finetune: the SGD learning rate of that training")
+    ap.add_argument("--finetune-split", action="store_true",
+                    help="finetune: a copy of the weights per number of skip layers in the "
+                         "shortlist, each fine-tuned on its networks apart")
     ap.add_argument("--finetune-results", default="bench/results/macro_finetune.jsonl",
                     help="finetune: where its rows go; report --protocol finetune reads them")
     ap.add_argument("--png", default=None, help="report: where to draw the picture")

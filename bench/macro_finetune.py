@@ -54,9 +54,28 @@ def fine_tune(search, paths: list, epochs: float, lr: float, seed: int) -> float
     return time.time() - start
 
 
-def measure(search, truth, lat, epochs: float, lr: float) -> dict | None:
+def tuned_scores(search, paths: list, groups: list[list[int]], epochs: float,
+                 lr: float) -> tuple[list[dict], float]:
+    """Each path's val figures after fine-tuning: the weights trained on each group of
+    ``paths`` (indices) apart, each group from the search's own weights; (figures in the
+    order of ``paths``, seconds of training)."""
+    import copy
+
+    start, figures, seconds = copy.deepcopy(search.net.state_dict()), {}, 0.0
+    for group in groups:
+        search.net.load_state_dict(start)
+        seconds += fine_tune(search, [paths[i] for i in group], epochs, lr, search.cfg.run.seed)
+        figures.update({i: search.evaluate(search.val_loader, path=paths[i]) for i in group})
+    search.net.load_state_dict(start)
+    return [figures[i] for i in range(len(paths))], seconds
+
+
+def measure(search, truth, lat, epochs: float, lr: float, split: bool = False) -> dict | None:
     """The paired row for one finished search: its check's one-shot figures and decision
-    before and after fine-tuning on its shortlist; None where it made no one-shot check."""
+    before and after fine-tuning on its shortlist; None where it made no one-shot check.
+    With ``split``, each number of ``skip`` layers in the shortlist gets its own copy of the
+    weights, fine-tuned apart (``epochs`` each): a few-shot split made after the search,
+    so that networks of different depth stop sharing the weights they are scored on."""
     from fbnas.search.oneshot_check import choose
 
     decision, rule = search.decision, search.cfg.search.rerank_by
@@ -69,10 +88,12 @@ def measure(search, truth, lat, epochs: float, lr: float) -> dict | None:
     before = [[checked[i]["val_top1"], checked[i]["val_ce"]] for i in scored]
     found_before = key_of(checked[choose(rule, **search.check_figures(rule, checked))]["ops"])
     paths = [search.net.path_of(checked[i]["ops"]) for i in scored]
-    seconds = fine_tune(search, paths, epochs, lr, search.cfg.run.seed)
+    skips = [ops_of(k).count("skip") for k in keys]
+    groups = ([[j for j, s in enumerate(skips) if s == n] for n in sorted(set(skips))]
+              if split else [list(range(len(paths)))])
+    tuned, seconds = tuned_scores(search, paths, groups, epochs, lr)
     after = []
-    for i, path in zip(scored, paths):
-        figures = search.evaluate(search.val_loader, path=path)
+    for i, figures in zip(scored, tuned):
         checked[i].update(val_top1=figures["top1"], val_ce=figures["ce"])
         after.append([figures["top1"], figures["ce"]])
     found_after = key_of(checked[choose(rule, **search.check_figures(rule, checked))]["ops"])
@@ -80,6 +101,7 @@ def measure(search, truth, lat, epochs: float, lr: float) -> dict | None:
     v_before, v_after = (judge(truth, lat, budget_us, k) for k in (found_before, found_after))
     return {"protocol": "finetune", "budget_ms": search.budget.ms, "seed": search.cfg.run.seed,
             "rule": rule, "finetune_epochs": epochs, "finetune_lr": lr,
+            "finetune_split": "skip" if split else None,
             "finetune_seconds": round(seconds, 1), "keys": keys, "truth": true,
             "before": [[round(a, 2), round(b, 4)] for a, b in before],
             "after": [[round(a, 2), round(b, 4)] for a, b in after],
@@ -89,6 +111,17 @@ def measure(search, truth, lat, epochs: float, lr: float) -> dict | None:
             "tau_after": round(tau([a for a, _ in after], true), 3),
             "tau_ce_before": round(tau([-b for _, b in before], true), 3),
             "tau_ce_after": round(tau([-b for _, b in after], true), 3)}
+
+
+def setting_of(row: dict) -> tuple:
+    """(epochs, rate, split) of a row's fine-tuning; rows before the split existed had none."""
+    return row["finetune_epochs"], row["finetune_lr"], row.get("finetune_split") or ""
+
+
+def setting_name(setting: tuple) -> str:
+    """"1 epochs at lr 0.01", with ", a copy per skip count" where the weights were split."""
+    epochs, lr, split = setting
+    return f"{epochs:g} epochs at lr {lr:g}" + (", a copy per skip count" if split else "")
 
 
 def finetune_table(rows: list[dict]) -> str:
@@ -108,12 +141,12 @@ def finetune_table(rows: list[dict]) -> str:
     lines = ["| fine-tuning | searches | tau top-1 before, after | tau CE before, after | "
              "gap before: median / mean / worst | gap after | after vs before |",
              "|---|---:|---|---|---|---|---|"]
-    for setting in sorted({(r["finetune_epochs"], r["finetune_lr"]) for r in rows}):
-        mine = [r for r in rows if (r["finetune_epochs"], r["finetune_lr"]) == setting]
+    for setting in sorted({setting_of(r) for r in rows}):
+        mine = [r for r in rows if setting_of(r) == setting]
         diff = [r["gap_before"] - r["gap_after"] for r in mine]
         won, lost = sum(d > SEED_STD for d in diff), sum(d < -SEED_STD for d in diff)
         lines.append(
-            f"| {setting[0]:g} epochs at lr {setting[1]:g} | {len(mine)} | "
+            f"| {setting_name(setting)} | {len(mine)} | "
             f"{mean(r['tau_before'] for r in mine):.2f}, "
             f"{mean(r['tau_after'] for r in mine):.2f} | "
             f"{mean(r['tau_ce_before'] for r in mine):.2f}, "

@@ -436,9 +436,15 @@ optim: {{theta: {{lr: 0.1}}}}
     assert zero["gap_after"] == zero["gap_before"] == row["gap"]
     assert half["before"] == zero["before"] and half["after"] != half["before"]
     assert half["finetune_seconds"] > 0 and half["truth"] == [truth[k] for k in half["keys"]]
+    # a copy of the weights per skip count, each from the search's own: untrained, the same
+    b.main(["finetune", str(run), *common, "--finetune-epochs", "0", "--finetune-split",
+            "--threads", "1", "--finetune-results", str(tuned)])
+    split = json.loads(tuned.read_text().splitlines()[-1])
+    assert split["finetune_split"] == "skip" and split["after"] == zero["before"]
     b.main(["report", *common, "--protocol", "finetune", "--finetune-results", str(tuned)])
     out = capsys.readouterr().out
     assert "| 0 epochs at lr 0.01 | 1 |" in out and "| 0.5 epochs at lr 0.01 | 1 |" in out
+    assert "| 0 epochs at lr 0.01, a copy per skip count | 1 |" in out
     untrained = next(line for line in out.splitlines() if line.startswith("| 0 epochs"))
     assert untrained.endswith("| 0 / 1 / 0 |")  # the same decision
     png = tmp_path / "macro.png"

@@ -36,3 +36,11 @@ def test_skip_bias_centres_each_figure_on_its_shortlist_by_skip_count():
     # one-shot before for 0 true points, none after
     assert table[2] == "| 0 | 1 | +0.00 | +4.00 | +0.00 |"
     assert table[3] == "| 1 | 2 | +0.00 | -2.00 | +0.00 |"
+
+
+def test_a_split_setting_is_its_own_line_and_older_rows_read_as_unsplit():
+    rows = [row(1, 0.3, 0.3), {**row(1, 0.3, 0.1), "finetune_split": "skip"}]
+    table = macro_finetune.finetune_table(rows).splitlines()
+    assert table[2].startswith("| 1 epochs at lr 0.01 | 1 |")
+    assert table[3].startswith("| 1 epochs at lr 0.01, a copy per skip count | 1 |")
+    assert table[3].endswith("| 1 / 0 / 0 |")
