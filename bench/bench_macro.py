@@ -611,9 +611,9 @@ def finetune(args) -> None:
         if not (run / "checkpoints").is_dir():
             raise SystemExit(f"finetune: {run} holds no search checkpoints; name a finished "
                              "search's run directory (runs/bench-macro/<budget>ms-s<seed>)")
+        search = finished_search(run)  # measure restores its weights after each setting
         for epochs in args.finetune_epochs:
-            row = measure(finished_search(run), truth, lat, epochs, args.finetune_lr,
-                          args.finetune_split)
+            row = measure(search, truth, lat, epochs, args.finetune_lr, args.finetune_split)
             if row is None:
                 print(f"{run}: its check scored no network one-shot, nothing to fine-tune")
                 break
@@ -698,7 +698,7 @@ def report(args) -> None:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=["search", "score", "pick", "sweep", "rank", "finetune",
-                                         "report"])
+                                     "report"])
     ap.add_argument("runs", nargs="*", help="score, rank: finished search run directories")
     ap.add_argument("--config", default="configs/macro.yaml")
     ap.add_argument("--set", action="append", default=[], help="extra config key=value")

@@ -7,14 +7,16 @@ usually as good as the budget's best network, but the one-shot top-1 orders them
 epochs theta draws its favourites more often, so their one-shot scores rise for how often
 they trained rather than how good they are. Fine-tuning the supernet's weights on the
 shortlist alone, each network in turn, evens that out and narrows the weights to the
-networks that compete (the issue's "more weight steps on the paths inside the band").
+networks that compete (more weight steps on the paths inside the budget's band).
 
 For each finished search it loads the last weights, trains them ``--finetune-epochs`` epochs
 of the weight split (plain SGD with the search's momentum and weight decay at
 ``--finetune-lr``), the shortlist's networks taking the batches in turn, scores the shortlist
 again (BN statistics re-estimated for each network, as the check does) and decides again by
-the search's own rule. A row keeps both sets of figures, paired: the same weights, networks,
-data and rule before and after.
+the search's own rule. With --finetune-split each number of ``skip`` layers in the
+shortlist trains a copy of the weights of its own (a few-shot split made after the search).
+A row keeps both sets of figures, paired: the same weights, networks, data and rule before
+and after.
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ def setting_name(setting: tuple) -> str:
 
 
 def finetune_table(rows: list[dict]) -> str:
-    """One line per fine-tuning setting (epochs, rate): the searches, the mean tau of the
+    """One line per fine-tuning setting (epochs, rate, split): the searches, the mean tau of the
     shortlist's one-shot top-1 and CE against the truth before and after, the decision's gap
     to the oracle before and after (median, mean, worst), and how the after-decision fared
     against the before-decision search by search (better / within the benchmark's seed
