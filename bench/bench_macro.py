@@ -35,7 +35,8 @@ combinations; rows to --rank-results; ``report --protocol rank`` prints their me
 
 finetune (macro_finetune.py): for finished searches, their check's shortlist scored and
 decided again after --finetune-epochs of training the shared weights on it alone; rows to
---finetune-results; ``report --protocol finetune`` prints before against after.
+--finetune-results; ``report --protocol finetune`` prints before against after, with and
+without the fewest-skip filter.
 
 report (macro_report.py): the table of --results (with --by-budget, one line per budget
 instead of one per search), a summary per recipe with when and on which CPU model it was
@@ -88,7 +89,7 @@ from bench_budget import theta_steps_taken  # noqa: E402
 from bench_common import log_to, per_epoch  # noqa: E402
 from groundtruth import all_keys, judge, key_of, latency_quantile, load_truth, ops_of  # noqa: E402
 from macro_finetune import (finetune_table, measure, setting_name, setting_of,  # noqa: E402
-                            skip_bias)
+                            skip_bias, unfiltered_table)
 from macro_paired import report_paired  # noqa: E402
 from macro_rank import band_ranking, rank_table, window_keys  # noqa: E402
 from macro_report import (by_budget, draw, headroom, print_table, provenance,  # noqa: E402
@@ -622,7 +623,9 @@ def finetune(args) -> None:
                 f.write(json.dumps(row) + "\n")
             print(f"{run}, {epochs:g} epochs: tau {row['tau_before']:.2f} -> "
                   f"{row['tau_after']:.2f}, gap {row['gap_before']:.2f} -> "
-                  f"{row['gap_after']:.2f} ({row['finetune_seconds']:.0f} s)", flush=True)
+                  f"{row['gap_after']:.2f}, without the fewest-skip filter "
+                  f"{row['gap_unfiltered_before']:.2f} -> {row['gap_unfiltered_after']:.2f} "
+                  f"({row['finetune_seconds']:.0f} s)", flush=True)
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -645,6 +648,12 @@ def report(args) -> None:
             raise SystemExit(f"report --protocol finetune: no rows in {path}; run "
                              "bench_macro.py finetune first")
         print(finetune_table(rows))
+        sweeps = read_rows(Path(args.results)) if Path(args.results).is_file() else []
+        twins = {(r["seed"], r["budget_ms"]): r for r in sweeps if r.get("protocol") == "sweep"}
+        unfiltered = unfiltered_table(rows, twins)
+        if unfiltered:
+            print("\nwithout the fewest-skip filter (the same searches):")
+            print(unfiltered)
         for tuning in sorted({setting_of(r) for r in rows}):
             print(f"\nby skip layers, {setting_name(tuning)} (each less its shortlist's "
                   "mean):")

@@ -89,6 +89,10 @@ def measure(search, truth, lat, epochs: float, lr: float, split: bool = False) -
     budget_us = search.budget.us
     before = [[checked[i]["val_top1"], checked[i]["val_ce"]] for i in scored]
     found_before = key_of(checked[choose(rule, **search.check_figures(rule, checked))]["ops"])
+    # what a DEEPEST rule keeps without its fewest-skip filter: where a better order across
+    # depths would show (the filter lets one depth compete); the same for other rules
+    unfiltered_before = key_of(checked[choose(rule, filter_depth=False,
+                                              **search.check_figures(rule, checked))]["ops"])
     paths = [search.net.path_of(checked[i]["ops"]) for i in scored]
     skips = [ops_of(k).count("skip") for k in keys]
     groups = ([[j for j, s in enumerate(skips) if s == n] for n in sorted(set(skips))]
@@ -99,8 +103,12 @@ def measure(search, truth, lat, epochs: float, lr: float, split: bool = False) -
         checked[i].update(val_top1=figures["top1"], val_ce=figures["ce"])
         after.append([figures["top1"], figures["ce"]])
     found_after = key_of(checked[choose(rule, **search.check_figures(rule, checked))]["ops"])
+    unfiltered_after = key_of(checked[choose(rule, filter_depth=False,
+                                             **search.check_figures(rule, checked))]["ops"])
     true = [truth[k] for k in keys]
-    v_before, v_after = (judge(truth, lat, budget_us, k) for k in (found_before, found_after))
+    v_before, v_after, u_before, u_after = (
+        judge(truth, lat, budget_us, k)
+        for k in (found_before, found_after, unfiltered_before, unfiltered_after))
     return {"protocol": "finetune", "budget_ms": search.budget.ms, "seed": search.cfg.run.seed,
             "rule": rule, "finetune_epochs": epochs, "finetune_lr": lr,
             "finetune_split": "skip" if split else None,
@@ -109,6 +117,9 @@ def measure(search, truth, lat, epochs: float, lr: float, split: bool = False) -
             "after": [[round(a, 2), round(b, 4)] for a, b in after],
             "found_before": found_before, "found_after": found_after,
             "gap_before": round(v_before.gap, 3), "gap_after": round(v_after.gap, 3),
+            "unfiltered_before": unfiltered_before, "unfiltered_after": unfiltered_after,
+            "gap_unfiltered_before": round(u_before.gap, 3),
+            "gap_unfiltered_after": round(u_after.gap, 3),
             "tau_before": round(tau([a for a, _ in before], true), 3),
             "tau_after": round(tau([a for a, _ in after], true), 3),
             "tau_ce_before": round(tau([-b for _, b in before], true), 3),
@@ -126,6 +137,11 @@ def setting_name(setting: tuple) -> str:
     return f"{epochs:g} epochs at lr {lr:g}" + (", a copy per skip count" if split else "")
 
 
+def gaps(values) -> str:
+    """"median / mean / worst" of decision gaps."""
+    return f"{statistics.median(values):.2f} / {statistics.mean(values):.2f} / {max(values):.2f}"
+
+
 def finetune_table(rows: list[dict]) -> str:
     """One line per fine-tuning setting (epochs, rate, split): the searches, the mean tau of the
     shortlist's one-shot top-1 and CE against the truth before and after, the decision's gap
@@ -135,10 +151,6 @@ def finetune_table(rows: list[dict]) -> str:
     def mean(values) -> float:
         values = [v for v in values if v == v]  # a shortlist of equal scores has no tau
         return statistics.mean(values) if values else float("nan")
-
-    def gaps(values) -> str:
-        return (f"{statistics.median(values):.2f} / {statistics.mean(values):.2f} / "
-                f"{max(values):.2f}")
 
     lines = ["| fine-tuning | searches | tau top-1 before, after | tau CE before, after | "
              "gap before: median / mean / worst | gap after | after vs before |",
@@ -179,3 +191,58 @@ def skip_bias(rows: list[dict]) -> str:
         lines.append(f"| {extra} | {len(got)} | " + " | ".join(
             f"{statistics.mean(g[j] for g in got):+.2f}" for j in range(3)) + " |")
     return "\n".join(lines)
+
+
+def unfiltered_gaps(row: dict, twin: dict | None) -> tuple[float, float] | None:
+    """(before, after): the gap to the oracle of what the row's rule keeps without its
+    fewest-skip filter. Rows record it since 2026-12-07; an older row is decided again from
+    its search's sweep row ``twin`` (the same budget and seed), whose check kept NASWOT and
+    theta of every checked network. None where neither is at hand, or where the twin's
+    figures do not give the row's own filtered decisions (records of another search)."""
+    from fbnas.search.oneshot_check import choose
+
+    if "gap_unfiltered_before" in row:
+        return row["gap_unfiltered_before"], row["gap_unfiltered_after"]
+    if twin is None:
+        return None
+    keys = [c[0] for c in twin["found_candidates"]]
+    truth = dict(zip(row["keys"], row["truth"]))
+    figures = {"naswot": [c[3] for c in twin["found_candidates"]],
+               "theta": [c[4] for c in twin["found_candidates"]],
+               "depth": [len(k) - ops_of(k).count("skip") for k in keys]}
+    out = []
+    for when in ("before", "after"):
+        top1 = dict(zip(row["keys"], (a for a, _ in row[when])))
+        figures["top1"] = [top1.get(k) for k in keys]
+        if keys[choose(row["rule"], **figures)] != row[f"found_{when}"]:
+            return None
+        kept = keys[choose(row["rule"], filter_depth=False, **figures)]
+        out.append(round(twin["oracle_accuracy"] - truth[kept], 3))
+    return out[0], out[1]
+
+
+def unfiltered_table(rows: list[dict], twins: dict) -> str | None:
+    """Per fine-tuning setting, over the rows of a fewest-skip rule whose unfiltered decision
+    is known (:func:`unfiltered_gaps`; ``twins`` maps (seed, budget_ms) to sweep rows): the
+    decision's gap with the filter and without it, before and after fine-tuning (median /
+    mean / worst), on the same searches. Why: the filter lets only the shortlist's deepest
+    networks compete, so a better order across depths can move only the unfiltered
+    decision; None where no row has one."""
+    from fbnas.config import DEEPEST_RULES
+
+    lines = ["| fine-tuning | searches | filtered: before | after | unfiltered: before | "
+             "after | unfiltered after vs filtered before |", "|---|---:|---|---|---|---|---|"]
+    for setting in sorted({setting_of(r) for r in rows}):
+        mine = [(r, unfiltered_gaps(r, twins.get((r["seed"], r["budget_ms"]))))
+                for r in rows if setting_of(r) == setting and r["rule"] in DEEPEST_RULES]
+        mine = [(r, u) for r, u in mine if u is not None]
+        if not mine:
+            continue
+        diff = [r["gap_before"] - u[1] for r, u in mine]
+        won, lost = sum(d > SEED_STD for d in diff), sum(d < -SEED_STD for d in diff)
+        lines.append(f"| {setting_name(setting)} | {len(mine)} | "
+                     f"{gaps([r['gap_before'] for r, _ in mine])} | "
+                     f"{gaps([r['gap_after'] for r, _ in mine])} | "
+                     f"{gaps([u[0] for _, u in mine])} | {gaps([u[1] for _, u in mine])} | "
+                     f"{won} / {len(mine) - won - lost} / {lost} |")
+    return "\n".join(lines) if len(lines) > 2 else None

@@ -434,6 +434,9 @@ optim: {{theta: {{lr: 0.1}}}}
     assert zero["after"] == zero["before"] == [c[1:3] for c in row["found_candidates"]]
     assert zero["found_after"] == zero["found_before"] == row["found"]
     assert zero["gap_after"] == zero["gap_before"] == row["gap"]
+    # the search's rule (top1) has no fewest-skip filter: unfiltered, the same decision
+    assert zero["unfiltered_before"] == zero["unfiltered_after"] == row["found"]
+    assert zero["gap_unfiltered_before"] == row["gap"]
     assert half["before"] == zero["before"] and half["after"] != half["before"]
     assert half["finetune_seconds"] > 0 and half["truth"] == [truth[k] for k in half["keys"]]
     # a copy of the weights per skip count, each from the search's own: untrained, the same

@@ -44,3 +44,32 @@ def test_a_split_setting_is_its_own_line_and_older_rows_read_as_unsplit():
     assert table[2].startswith("| 1 epochs at lr 0.01 | 1 |")
     assert table[3].startswith("| 1 epochs at lr 0.01, a copy per skip count | 1 |")
     assert table[3].endswith("| 1 / 0 / 0 |")
+
+
+def test_unfiltered_decision_is_read_from_the_row_or_decided_again_from_its_sweep_row():
+    rule = "naswot_and_theta_deepest_then_one_shot"
+    # two layers: "12" and "11" have no skip, "02" and "10" one; "02" leads one-shot and
+    # NASWOT, so without the fewest-skip filter it is kept, with it "12"
+    twin = {"oracle_accuracy": 93.0, "found_candidates": [
+        ["12", 50.0, 1.0, 10.0, -1.0], ["02", 55.0, 0.9, 12.0, -1.5],
+        ["10", 40.0, 1.3, 8.0, -2.0], ["11", 45.0, 1.1, 9.0, -2.5]]}
+    row = {"rule": rule, "seed": 1, "budget_ms": 1.0, "finetune_epochs": 1.0,
+           "finetune_lr": 0.01, "keys": ["12", "02", "10", "11"],
+           "truth": [92.0, 92.8, 90.0, 91.0],
+           "before": [[50.0, 1.0], [55.0, 0.9], [40.0, 1.3], [45.0, 1.1]],
+           # after fine-tuning "02" falls behind and "11" rises over "12"
+           "after": [[50.0, 1.0], [30.0, 1.5], [40.0, 1.3], [80.0, 0.8]],
+           "found_before": "12", "found_after": "11", "gap_before": 1.0, "gap_after": 2.0}
+    assert macro_finetune.unfiltered_gaps(row, twin) == (0.2, 2.0)
+    assert macro_finetune.unfiltered_gaps(row, None) is None
+    # a twin that does not give the row's own filtered decision is another search's
+    assert macro_finetune.unfiltered_gaps({**row, "found_before": "11"}, twin) is None
+    # recorded figures come first
+    recorded = {**row, "gap_unfiltered_before": 0.5, "gap_unfiltered_after": 0.4}
+    assert macro_finetune.unfiltered_gaps(recorded, None) == (0.5, 0.4)
+    table = macro_finetune.unfiltered_table([row], {(1, 1.0): twin}).splitlines()
+    # unfiltered after (2.0) against filtered before (1.0): worse by more than 0.14
+    assert table[2] == ("| 1 epochs at lr 0.01 | 1 | 1.00 / 1.00 / 1.00 | 2.00 / 2.00 / 2.00 | "
+                        "0.20 / 0.20 / 0.20 | 2.00 / 2.00 / 2.00 | 0 / 0 / 1 |")
+    # rules without the filter have nothing to add
+    assert macro_finetune.unfiltered_table([{**row, "rule": "top1"}], {(1, 1.0): twin}) is None
