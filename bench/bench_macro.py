@@ -89,7 +89,7 @@ from bench_budget import theta_steps_taken  # noqa: E402
 from bench_common import log_to, per_epoch  # noqa: E402
 from groundtruth import all_keys, judge, key_of, latency_quantile, load_truth, ops_of  # noqa: E402
 from macro_finetune import (finetune_table, measure, setting_name, setting_of,  # noqa: E402
-                            skip_bias, unfiltered_table)
+                            layer_bias, skip_bias, unfiltered_table)
 from macro_paired import report_paired  # noqa: E402
 from macro_rank import band_ranking, rank_table, window_keys  # noqa: E402
 from macro_report import (by_budget, draw, headroom, print_table, provenance,  # noqa: E402
@@ -658,6 +658,8 @@ def report(args) -> None:
             print(f"\nby skip layers, {setting_name(tuning)} (each less its shortlist's "
                   "mean):")
             print(skip_bias([r for r in rows if setting_of(r) == tuning]))
+            print(f"\nby layer, {setting_name(tuning)} (each less its shortlist's mean):")
+            print(layer_bias([r for r in rows if setting_of(r) == tuning]))
         return
     rows = read_rows(Path(args.results))
     if args.seeds is not None:

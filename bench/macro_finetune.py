@@ -24,7 +24,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from groundtruth import judge, key_of, ops_of  # bench/, beside this file
+from groundtruth import DIGITS, judge, key_of, ops_of  # bench/, beside this file
 from macro_report import SEED_STD, tau
 
 
@@ -193,6 +193,41 @@ def skip_bias(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def layer_bias(rows: list[dict]) -> str:
+    """Per layer, what putting ``skip`` or ``k5_e6`` there instead of ``k3_e3`` is worth
+    within a shortlist: least-squares effects on each network's true top-1 and on its
+    one-shot top-1 before and after fine-tuning, each centred on its shortlist (one
+    setting's rows). Why: :func:`skip_bias` counts every ``skip`` alike, but a skip that
+    changes the shape (a strided 1x1 conv) and one that is the identity need not be
+    misjudged alike; "-" where no shortlist varies that layer's op that way."""
+    import numpy as np
+
+    ref, others = DIGITS[1], [op for op in DIGITS if op != DIGITS[1]]
+    x, ys = [], [[], [], []]
+    for r in rows:
+        ops = [ops_of(k) for k in r["keys"]]
+        f = np.array([[float(net[i] == op) for op in others for i in range(len(net))]
+                      for net in ops])
+        x.append(f - f.mean(0))
+        for y, column in zip(ys, (r["truth"], [a for a, _ in r["before"]],
+                                  [a for a, _ in r["after"]])):
+            y.extend(np.asarray(column) - np.mean(column))
+    x = np.vstack(x)
+    effects = [np.linalg.lstsq(x, np.asarray(y), rcond=None)[0] for y in ys]
+    varies = np.abs(x).sum(0) > 0
+    layers = x.shape[1] // len(others)
+    lines = ["| layer | " + " | ".join(f"{op} for {ref}: truth, one-shot before, after"
+                                      for op in others) + " |",
+             "|---:|" + "---|" * len(others)]
+    for i in range(layers):
+        cells = []
+        for j in range(len(others)):
+            c = j * layers + i
+            cells.append(", ".join(f"{e[c]:+.2f}" for e in effects) if varies[c] else "-")
+        lines.append(f"| {i + 1} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def unfiltered_gaps(row: dict, twin: dict | None) -> tuple[float, float] | None:
     """(before, after): the gap to the oracle of what the row's rule keeps without its
     fewest-skip filter. Rows record it since 2026-12-07; an older row is decided again from
@@ -221,28 +256,40 @@ def unfiltered_gaps(row: dict, twin: dict | None) -> tuple[float, float] | None:
     return out[0], out[1]
 
 
+def one_shot_alone_gaps(row: dict) -> tuple[float, float]:
+    """(before, after): the gap to the oracle of the shortlist's best one-shot top-1, all
+    depths competing, no other figure (ties to the earlier listed). The oracle is the row's
+    own: its filtered decision's truth plus that decision's gap."""
+    truth = dict(zip(row["keys"], row["truth"]))
+    oracle = row["gap_before"] + truth[row["found_before"]]
+    out = []
+    for when in ("before", "after"):
+        top1 = [a for a, _ in row[when]]
+        out.append(round(oracle - row["truth"][top1.index(max(top1))], 3))
+    return out[0], out[1]
+
+
 def unfiltered_table(rows: list[dict], twins: dict) -> str | None:
     """Per fine-tuning setting, over the rows of a fewest-skip rule whose unfiltered decision
     is known (:func:`unfiltered_gaps`; ``twins`` maps (seed, budget_ms) to sweep rows): the
-    decision's gap with the filter and without it, before and after fine-tuning (median /
-    mean / worst), on the same searches. Why: the filter lets only the shortlist's deepest
-    networks compete, so a better order across depths can move only the unfiltered
-    decision; None where no row has one."""
+    decision's gap with the filter and without it, and of the one-shot top-1 alone
+    (:func:`one_shot_alone_gaps`), each before and after fine-tuning (median / mean / worst),
+    on the same searches. Why: the filter lets only the shortlist's deepest networks compete,
+    so a better order across depths can move only the decisions without it; and NASWOT,
+    summed into the rule, has its own lean towards depth. None where no row has one."""
     from fbnas.config import DEEPEST_RULES
 
     lines = ["| fine-tuning | searches | filtered: before | after | unfiltered: before | "
-             "after | unfiltered after vs filtered before |", "|---|---:|---|---|---|---|---|"]
+             "after | one-shot alone: before | after |", "|---|---:|---|---|---|---|---|---|"]
     for setting in sorted({setting_of(r) for r in rows}):
         mine = [(r, unfiltered_gaps(r, twins.get((r["seed"], r["budget_ms"]))))
                 for r in rows if setting_of(r) == setting and r["rule"] in DEEPEST_RULES]
-        mine = [(r, u) for r, u in mine if u is not None]
+        mine = [(r, u, one_shot_alone_gaps(r)) for r, u in mine if u is not None]
         if not mine:
             continue
-        diff = [r["gap_before"] - u[1] for r, u in mine]
-        won, lost = sum(d > SEED_STD for d in diff), sum(d < -SEED_STD for d in diff)
         lines.append(f"| {setting_name(setting)} | {len(mine)} | "
-                     f"{gaps([r['gap_before'] for r, _ in mine])} | "
-                     f"{gaps([r['gap_after'] for r, _ in mine])} | "
-                     f"{gaps([u[0] for _, u in mine])} | {gaps([u[1] for _, u in mine])} | "
-                     f"{won} / {len(mine) - won - lost} / {lost} |")
+                     f"{gaps([r['gap_before'] for r, _, _ in mine])} | "
+                     f"{gaps([r['gap_after'] for r, _, _ in mine])} | "
+                     + " | ".join(gaps([g[i][j] for g in mine]) for i in (1, 2) for j in (0, 1))
+                     + " |")
     return "\n".join(lines) if len(lines) > 2 else None

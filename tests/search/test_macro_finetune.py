@@ -68,8 +68,39 @@ def test_unfiltered_decision_is_read_from_the_row_or_decided_again_from_its_swee
     recorded = {**row, "gap_unfiltered_before": 0.5, "gap_unfiltered_after": 0.4}
     assert macro_finetune.unfiltered_gaps(recorded, None) == (0.5, 0.4)
     table = macro_finetune.unfiltered_table([row], {(1, 1.0): twin}).splitlines()
-    # unfiltered after (2.0) against filtered before (1.0): worse by more than 0.14
+    # filtered, unfiltered, then the one-shot top-1 alone ("02" before, "11" after)
     assert table[2] == ("| 1 epochs at lr 0.01 | 1 | 1.00 / 1.00 / 1.00 | 2.00 / 2.00 / 2.00 | "
-                        "0.20 / 0.20 / 0.20 | 2.00 / 2.00 / 2.00 | 0 / 0 / 1 |")
+                        "0.20 / 0.20 / 0.20 | 2.00 / 2.00 / 2.00 | 0.20 / 0.20 / 0.20 | "
+                        "2.00 / 2.00 / 2.00 |")
+    # the one-shot top-1 alone keeps its best whatever NASWOT says; the oracle is the row's
+    # own (the filtered decision's truth, 92.0, plus its gap, 1.0)
+    alone = {**row, "before": [[50.0, 1.0], [40.0, 1.0], [60.0, 1.0], [45.0, 1.0]]}
+    assert macro_finetune.one_shot_alone_gaps(alone) == (3.0, 2.0)
     # rules without the filter have nothing to add
     assert macro_finetune.unfiltered_table([{**row, "rule": "top1"}], {(1, 1.0): twin}) is None
+
+
+def test_layer_bias_recovers_each_layers_effect_within_shortlists():
+    # two layers; true top-1 is additive: skip costs 1.0 at layer 1 and 0.5 at layer 2,
+    # k5_e6 adds 0.3 and 0.2; one-shot before rewards the skip at layer 2 instead
+    keys = ["11", "01", "21", "10", "12", "22"]
+
+    def score(key, skip2):
+        effects = {("0", 0): -1.0, ("0", 1): skip2, ("2", 0): 0.3, ("2", 1): 0.2}
+        return 90.0 + sum(effects.get((c, i), 0.0) for i, c in enumerate(key))
+
+    truth = [score(k, -0.5) for k in keys]
+    row = {"keys": keys, "truth": truth, "before": [[score(k, 2.0), 1.0] for k in keys],
+           "after": [[t, 1.0] for t in truth]}
+    # a second shortlist, all 0.7 points higher: centred away
+    other = {**row, "truth": [t + 0.7 for t in truth]}
+    table = macro_finetune.layer_bias([row, other]).splitlines()
+    assert table[0] == ("| layer | skip for k3_e3: truth, one-shot before, after | "
+                        "k5_e6 for k3_e3: truth, one-shot before, after |")
+    assert table[2] == "| 1 | -1.00, -1.00, -1.00 | +0.30, +0.30, +0.30 |"
+    assert table[3] == "| 2 | -0.50, +2.00, -0.50 | +0.20, +0.20, +0.20 |"
+    # a layer no shortlist varies has no effect to report
+    fixed = {"keys": ["11", "12"], "truth": [90.0, 90.2], "before": [[40.0, 1.0], [41.0, 1.0]],
+             "after": [[40.0, 1.0], [41.0, 1.0]]}
+    table = macro_finetune.layer_bias([fixed]).splitlines()
+    assert table[2] == "| 1 | - | - |" and table[3] == "| 2 | - | +0.20, +1.00, +1.00 |"
