@@ -88,11 +88,16 @@ def measure(search, truth, lat, epochs: float, lr: float, split: bool = False) -
     keys = [key_of(checked[i]["ops"]) for i in scored]
     budget_us = search.budget.us
     before = [[checked[i]["val_top1"], checked[i]["val_ce"]] for i in scored]
-    found_before = key_of(checked[choose(rule, **search.check_figures(rule, checked))]["ops"])
-    # what a DEEPEST rule keeps without its fewest-skip filter: where a better order across
-    # depths would show (the filter lets one depth compete); the same for other rules
-    unfiltered_before = key_of(checked[choose(rule, filter_depth=False,
-                                              **search.check_figures(rule, checked))]["ops"])
+
+    def decisions() -> tuple[str, str]:
+        """What the rule keeps from ``checked`` as it stands, with and without a DEEPEST
+        rule's fewest-skip filter (without it a better order across depths would show;
+        the two are the same for other rules)."""
+        figures = search.check_figures(rule, checked)
+        return tuple(key_of(checked[choose(rule, filter_depth=f, **figures)]["ops"])
+                     for f in (True, False))
+
+    found_before, unfiltered_before = decisions()
     paths = [search.net.path_of(checked[i]["ops"]) for i in scored]
     skips = [ops_of(k).count("skip") for k in keys]
     groups = ([[j for j, s in enumerate(skips) if s == n] for n in sorted(set(skips))]
@@ -102,9 +107,7 @@ def measure(search, truth, lat, epochs: float, lr: float, split: bool = False) -
     for i, figures in zip(scored, tuned):
         checked[i].update(val_top1=figures["top1"], val_ce=figures["ce"])
         after.append([figures["top1"], figures["ce"]])
-    found_after = key_of(checked[choose(rule, **search.check_figures(rule, checked))]["ops"])
-    unfiltered_after = key_of(checked[choose(rule, filter_depth=False,
-                                             **search.check_figures(rule, checked))]["ops"])
+    found_after, unfiltered_after = decisions()
     true = [truth[k] for k in keys]
     v_before, v_after, u_before, u_after = (
         judge(truth, lat, budget_us, k)
