@@ -294,6 +294,8 @@ def recipe_of(cfg, alternatives: bool = False, by: str | None = None,
                                      if warmup != UNNAMED_WARMUP_EPOCHS else "")
     if s.shared_weights:
         epochs += ", shared weights"
+    if s.sandwich_every:
+        epochs += ", sandwich" + (f" every {s.sandwich_every}" if s.sandwich_every > 1 else "")
     if s.mode == "hard" and not s.soft_transitions:
         epochs += ", hard transition layers"
     elif s.mode == "hard" and s.transition_paths:
@@ -606,6 +608,7 @@ def finetune(args) -> None:
         raise SystemExit("finetune: name the finished search run directories to measure")
     _, _, truth, lat, _ = setting(args)
     torch.set_num_threads(args.threads)
+    base = recipe_of(load_config(args.config, args.set)).split(", ")
     results = Path(args.finetune_results)
     results.parent.mkdir(parents=True, exist_ok=True)
     for run in map(Path, args.runs):
@@ -619,6 +622,10 @@ def finetune(args) -> None:
                 print(f"{run}: its check scored no network one-shot, nothing to fine-tune")
                 break
             row.update(run=str(run), cpu=cpu_model(), date=time.strftime("%Y-%m-%d"))
+            # how its weights were trained, where not as --config and --set train them
+            own = [p for p in recipe_of(search.cfg).split(", ") if p not in base]
+            if own:
+                row["training"] = ", ".join(own)
             with open(results, "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(f"{run}, {epochs:g} epochs: tau {row['tau_before']:.2f} -> "

@@ -130,14 +130,18 @@ def measure(search, truth, lat, epochs: float, lr: float, split: bool = False) -
 
 
 def setting_of(row: dict) -> tuple:
-    """(epochs, rate, split) of a row's fine-tuning; rows before the split existed had none."""
-    return row["finetune_epochs"], row["finetune_lr"], row.get("finetune_split") or ""
+    """(epochs, rate, split, training) of a row's fine-tuning; rows before the split existed
+    had none, and rows of weights trained as the bench's config trains them no training."""
+    return (row["finetune_epochs"], row["finetune_lr"], row.get("finetune_split") or "",
+            row.get("training") or "")
 
 
 def setting_name(setting: tuple) -> str:
-    """"1 epochs at lr 0.01", with ", a copy per skip count" where the weights were split."""
-    epochs, lr, split = setting
-    return f"{epochs:g} epochs at lr {lr:g}" + (", a copy per skip count" if split else "")
+    """"1 epochs at lr 0.01", with ", a copy per skip count" where the weights were split
+    and what the search did otherwise, as "(sandwich)"."""
+    epochs, lr, split, training = setting
+    return (f"{epochs:g} epochs at lr {lr:g}" + (", a copy per skip count" if split else "")
+            + (f" ({training})" if training else ""))
 
 
 def gaps(values) -> str:

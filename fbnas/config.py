@@ -226,6 +226,11 @@ class SearchConfig:
     transition_paths: int = _key(0, "hard mode: mix only this many candidates of a "
                                     "transition layer, drawn from softmax(theta) at each step; "
                                     "0: all")
+    # BigNAS's sandwich rule without its smallest network: a drawn path trains the big
+    # candidates' weights only when it draws them, so one-shot scores underrate them
+    sandwich_every: int = _key(0, "hard mode: every Nth weight step also trains the biggest "
+                                  "network (each layer's costliest candidate), its loss added "
+                                  "to the drawn network's; 0: never")
     shared_weights: bool = _key(False, "the kK_eE[_gG] candidates of a layer slice one set "
                                        "of weights, so every step trains them all")
     recalibrate_images: int = _key(1024, "training images that re-estimate the evaluated "
@@ -635,6 +640,11 @@ def _check_search(cfg: Config) -> None:
           f"--set search.warmup_epochs={int(round(0.1 * s.epochs))} (10% of the epochs) or "
           f"train at least {cfg.warmup_epochs + 1} epochs")
     _need(s.accumulate >= 1, "config key search.accumulate must be at least 1")
+    _need(s.sandwich_every >= 0, "config key search.sandwich_every must be >= 0 (0: never)")
+    _need(not s.sandwich_every or s.mode == "hard",
+          "config key search.sandwich_every adds the biggest network to a weight step that "
+          "trains one drawn network (search.mode: hard); set search.mode=hard or "
+          "search.sandwich_every=0")
     _need(1 <= s.theta_paths <= 64, "config key search.theta_paths must be from 1 to 64 (the "
                                     "networks a REINFORCE theta step runs)")
     _need(s.reinforce_baseline != "leave_one_out" or s.theta_paths >= 2,

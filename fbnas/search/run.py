@@ -150,6 +150,11 @@ class Search(Trainer):
         self.in_channels = self.space.in_channels
         self.num_classes = self.space.num_classes
         self.find_unused_parameters = cfg.search.mode == "hard"
+        if cfg.search.sandwich_every and self.info.enabled:
+            # DDP reduces one forward's gradients a step; the biggest network's would be a second
+            raise UsageError("search.sandwich_every trains two networks a weight step, which "
+                             "one process does but DDP cannot: train with one process or set "
+                             "search.sandwich_every=0")
         self.budget = Budget.of(cfg)
         # the budget's Lagrange multiplier (loss.target_penalty: multiplier), resumed exactly
         self.multiplier = float((ckpt or {}).get("multiplier", 0.0))
@@ -470,7 +475,20 @@ class Search(Trainer):
             # the cost term trains theta only: as a factor of the weights' loss it would scale
             # their learning rate with every knob of the trade-off (see fbnas/search/loss.py)
             loss = ce
+            # the scheduler counts weight steps, and a resumed run restores it
+            if s.sandwich_every and self.scheduler.last_epoch % s.sandwich_every == 0:
+                return loss.mean() + self.biggest_loss(x, y), \
+                    {"ce": ce, "cost": cost, "factor": factor}
         return loss.mean(), {"ce": ce, "cost": cost, "factor": factor}
+
+    def biggest_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The cross-entropy of the biggest network, each layer's costliest candidate
+        (search.sandwich_every). Why: a drawn network trains a big candidate's weights only
+        when it draws it, and with shared weights its small slice trains at every step
+        besides; the one-shot check then underrates the big candidates and the networks
+        without ``skip`` that the benchmark ranks first."""
+        path = [int(layer.cost.argmax()) for layer in self.net.layers]
+        return F.cross_entropy(self.model(x, path=path)[0], y)
 
     def reinforce_loss(self, x: torch.Tensor, y: torch.Tensor):
         """A theta step on ``search.theta_paths`` networks drawn from softmax(theta), each run

@@ -54,6 +54,10 @@ def test_a_share_of_weights_only_epochs_follows_a_shortened_search():
     ("optim.theta.final_lr=-0.1", "optim.theta.final_lr must be from 0"),
     ("optim.theta.final_lr=fast", "optim.theta.final_lr must be a number"),
     ("search.evaluate_every=0", "search.evaluate_every must be at least 1"),
+    ("search.sandwich_every=1", "search.sandwich_every adds the biggest network to a weight "
+                                "step that trains one drawn network .search.mode: hard.; set "
+                                "search.mode=hard"),
+    ("search.sandwich_every=-1", "search.sandwich_every must be >= 0"),
     ("search.transition_paths=1", "search.transition_paths must be 0 .* or from 2 to 64"),
     ("search.reinforce_momentum=1", r"search.reinforce_momentum must be in \[0, 1\)"),
     ("search.reinforce_baseline=leave_one_out", "needs search.theta_paths of at least 2"),

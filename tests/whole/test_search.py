@@ -543,3 +543,35 @@ def test_a_search_on_a_space_file_resumes_from_another_folder(tmp_path, tiny_lut
     assert r.exit_code == 0, r.output
     same_state(load_checkpoint(tmp_path / "whole/checkpoints/last.pt"),
                load_checkpoint(tmp_path / "split/checkpoints/last.pt"))
+
+
+def test_sandwich_trains_the_biggest_network_every_nth_weight_step(tmp_path, tiny_lut_file,
+                                                                    monkeypatch):
+    """search.sandwich_every: N: every Nth weight step runs the drawn network and, with
+    gradients, the network of each layer's costliest candidate; other weight steps, theta
+    steps and evaluation run no such network."""
+    from fbnas.search.supernet import Supernet
+
+    forward, paths = Supernet.forward, []
+
+    def recording(self, x, *args, path=None, **kw):
+        if self.training and torch.is_grad_enabled():
+            paths.append(path)
+        return forward(self, x, *args, path=path, **kw)
+
+    monkeypatch.setattr(Supernet, "forward", recording)
+    sets = {"search.epochs": 1, "search.warmup_epochs": 1, "search.mode": "hard",
+            "data.limit": 256}
+    run_search(small_config(tiny_lut_file, **sets), tmp_path / "plain", echo=quiet)
+    assert paths and all(p is None for p in paths)  # one drawn network a step
+    steps = len(paths)
+    costs = load_lut(tiny_lut_file).layer_costs()
+    biggest = [max(range(len(c)), key=c.__getitem__) for c in costs]
+    for every in (1, 2):
+        paths[:] = []
+        cfg = small_config(tiny_lut_file, **sets, **{"search.sandwich_every": every})
+        run_search(cfg, tmp_path / f"every{every}", echo=quiet)
+        want = []
+        for step in range(steps):
+            want += [None, biggest] if step % every == 0 else [None]
+        assert paths == want, every
