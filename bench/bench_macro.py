@@ -651,9 +651,12 @@ def report(args) -> None:
     if args.protocol == "finetune":  # macro_finetune.py's rows, in a file of their own
         path = Path(args.finetune_results)
         rows = read_rows(path) if path.is_file() else []
+        if args.seeds is not None:  # the same searches under two trainings, side by side
+            rows = [r for r in rows if r["seed"] in args.seeds]
         if not rows:
-            raise SystemExit(f"report --protocol finetune: no rows in {path}; run "
-                             "bench_macro.py finetune first")
+            raise SystemExit(f"report --protocol finetune: no rows in {path}"
+                             + (" of seeds --seeds names" if args.seeds else "")
+                             + "; run bench_macro.py finetune first")
         print(finetune_table(rows))
         sweeps = read_rows(Path(args.results)) if Path(args.results).is_file() else []
         twins = {(r["seed"], r["budget_ms"]): r for r in sweeps if r.get("protocol") == "sweep"}

@@ -431,6 +431,7 @@ optim: {{theta: {{lr: 0.1}}}}
             "--finetune-results", str(tuned)])
     zero, half = (json.loads(line) for line in tuned.read_text().splitlines())
     assert zero["keys"] == half["keys"] == [c[0] for c in row["found_candidates"]]
+    assert "training" not in zero  # trained as --config trains: no training of its own
     assert zero["after"] == zero["before"] == [c[1:3] for c in row["found_candidates"]]
     assert zero["found_after"] == zero["found_before"] == row["found"]
     assert zero["gap_after"] == zero["gap_before"] == row["gap"]
@@ -450,6 +451,9 @@ optim: {{theta: {{lr: 0.1}}}}
     assert "| 0 epochs at lr 0.01, a copy per skip count | 1 |" in out
     untrained = next(line for line in out.splitlines() if line.startswith("| 0 epochs"))
     assert untrained.endswith("| 0 / 1 / 0 |")  # the same decision
+    with pytest.raises(SystemExit, match="no rows in .* of seeds --seeds names"):
+        b.main(["report", *common, "--protocol", "finetune", "--finetune-results", str(tuned),
+                "--seeds", str(row["seed"] + 1)])
     png = tmp_path / "macro.png"
     b.main(["report", *common, "--png", str(png), "--naswot-window"])
     assert png.stat().st_size > 0

@@ -46,6 +46,14 @@ def test_a_split_setting_is_its_own_line_and_older_rows_read_as_unsplit():
     assert table[3].endswith("| 1 / 0 / 0 |")
 
 
+def test_weights_trained_otherwise_are_their_own_line_named_by_their_training():
+    rows = [row(0, 0.3, 0.3), {**row(0, 0.6, 0.6), "training": "sandwich every 4"}]
+    table = macro_finetune.finetune_table(rows).splitlines()
+    assert table[2].startswith("| 0 epochs at lr 0.01 | 1 | 0.20, 0.40 | 0.10, nan | 0.30 ")
+    assert table[3].startswith("| 0 epochs at lr 0.01 (sandwich every 4) | 1 | 0.20, 0.40 | "
+                               "0.10, nan | 0.60 ")
+
+
 def test_unfiltered_decision_is_read_from_the_row_or_decided_again_from_its_sweep_row():
     rule = "naswot_and_theta_deepest_then_one_shot"
     # two layers: "12" and "11" have no skip, "02" and "10" one; "02" leads one-shot and
