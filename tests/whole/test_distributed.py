@@ -42,3 +42,14 @@ def test_two_process_search_keeps_ranks_identical_and_resumes(tmp_path):
     assert "resuming at epoch 2" in out
     ckpt = load_checkpoint(run)
     assert [h["ranks_identical"] for h in ckpt["history"]] == [True, True]
+
+
+def test_the_sandwich_rule_is_refused_under_ddp_in_one_line(tmp_path):
+    """Its biggest network's forward would be a second one before DDP's backward."""
+    r = subprocess.run([sys.executable, "-m", "fbnas", "train", "--config", "configs/tiny.yaml",
+                        "--data-dir", str(CIFAR_SUBSET), "--out", str(tmp_path / "ddp"),
+                        "--nproc", "2", "--mode", "hard", "--set", "search.sandwich_every=1",
+                        "--epochs", "1"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert "search.sandwich_every trains two networks a weight step" in r.stdout + r.stderr
+    assert not (tmp_path / "ddp" / "checkpoints").exists()
