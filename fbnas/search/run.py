@@ -477,8 +477,7 @@ class Search(Trainer):
             loss = ce
             # the scheduler counts weight steps, and a resumed run restores it
             if s.sandwich_every and self.scheduler.last_epoch % s.sandwich_every == 0:
-                return loss.mean() + self.biggest_loss(x, y), \
-                    {"ce": ce, "cost": cost, "factor": factor}
+                loss = ce.mean() + self.biggest_loss(x, y)
         return loss.mean(), {"ce": ce, "cost": cost, "factor": factor}
 
     def biggest_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
