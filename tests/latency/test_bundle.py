@@ -1,8 +1,8 @@
 """Tables for another device: the bundle (fbnas profile --bundle), its runner (run.py, no fbnas
 and no torch), and the import of the runner's results (fbnas profile --from-results).
 
-One tiny bundle is written and timed for the whole module (exporting its 22 entries takes
-most of the time), so the tests that use it are marked slow; the runner's statistics against
+One tiny bundle is written and timed for the whole run (tests/latency/conftest.py: exporting
+its 22 entries takes most of the time), so the tests that use it are marked slow; the runner's statistics against
 fbnas's own, the argument checks and the refusals before any export are fast.
 """
 
@@ -257,46 +257,24 @@ def test_missing_results_file_is_one_line_error(tmp_path):
 
 # ----------------------------------------------------------------------------- end to end
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory):
-    """A tiny fp32 bundle with 5 calibration networks, written by the CLI."""
-    out = tmp_path_factory.mktemp("bundle") / "tiny_bundle"
-    res = cli("profile", "--space", "tiny", "--bundle", out, "--networks", 5, "--jobs", 2)
-    assert res.exit_code == 0, res.output
-    assert f"wrote {out}" in res.stdout and "run.py --out results.json" in res.stdout
-    return out
-
-
 @pytest.mark.slow
-def test_parallel_export_writes_the_files_one_process_writes(bundle, tmp_path):
-    """Each file is seeded by its own index, so --jobs changes nothing in the bundle."""
-    out = tmp_path / "serial"
-    assert cli("profile", "--space", "tiny", "--bundle", out, "--networks", 5,
-               "--jobs", 1).exit_code == 0
-    a, b = (json.loads((d / "manifest.json").read_text()) for d in (bundle, out))
-    for part in ("entries", "networks"):
-        assert {k: v["sha256"] for k, v in a[part].items()} == \
-            {k: v["sha256"] for k, v in b[part].items()}
+def test_parallel_export_writes_the_files_one_process_writes(bundle):
+    """Each file is seeded by its own kind and index, so --jobs changes nothing in the bundle:
+    the first and last entry and network, exported here in this one process, hash as the
+    2-job bundle's do."""
+    from fbnas.latency.bundle import _export_all, networks_fit
 
-
-@pytest.fixture(scope="module")
-def results(bundle, tmp_path_factory):
-    """The bundle timed by its run.py in a subprocess, torch and fbnas unimportable."""
-    where = tmp_path_factory.mktemp("device")
-    proc = run_py(bundle, "--out", "results.json", *RUN, cwd=where, without_fbnas=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "entries:" in proc.stderr and "files match the manifest" in proc.stderr
-    assert "wrote results.json" in proc.stdout
-    return where / "results.json"
-
-
-@pytest.fixture(scope="module")
-def table(results, tmp_path_factory):
-    out = tmp_path_factory.mktemp("table") / "device.json"
-    res = cli("profile", "--space", "tiny", "--from-results", results, "--out", out)
-    assert res.exit_code == 0, res.output
-    assert "calibrated table, test" in res.stdout and f"wrote {out}" in res.stdout
-    return out
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    space, seed, batch = load_space("tiny"), manifest["seed"], manifest["batch"]
+    keys = list(table_layout(space, batch)[0])
+    archs = calibration_archs(space, 5, networks_fit(5), seed)
+    tasks = [("entry", i, keys[i]) for i in (0, len(keys) - 1)]
+    tasks += [("network", i, archs[i]) for i in (0, len(archs) - 1)]
+    models = _export_all(space, batch, seed, tasks, None, None, jobs=1)
+    for kind, i, what in tasks:
+        expected = (manifest["entries"][what] if kind == "entry"
+                    else manifest["networks"][f"net{i}"])["sha256"]
+        assert hashlib.sha256(models[kind, i]).hexdigest() == expected, (kind, i)
 
 
 @pytest.mark.slow

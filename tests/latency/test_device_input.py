@@ -12,8 +12,7 @@ import pytest
 from fbnas.latency import device_runner as runner
 from fbnas.latency.bundle import PROTOCOL
 from tests.arch.test_arch import assert_user_error
-from tests.latency.test_bundle import (RUN, _edited, _import, assert_one_line_error, bundle,  # noqa: F401
-                               results, run_py)
+from tests.latency.test_bundle import RUN, _edited, _import, assert_one_line_error, run_py
 
 
 def _args(**given):
