@@ -80,14 +80,15 @@ from fbnas.runs.checkpoint import load_checkpoint
 from fbnas.search.checkpoint import load_search_checkpoint
 from fbnas.search.latency_prior import latency_prior
 from fbnas.search.naswot import data_images, score_architectures
-from fbnas.search.oneshot_check import (RULES, checked_networks, choose, depths,
+from fbnas.search.oneshot_check import (RULES, checked_networks, choose, depth_figures,
                                         log_probabilities, needs, shortlist)
 from fbnas.search.run import run_search
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_budget import theta_steps_taken  # noqa: E402
 from bench_common import log_to, per_epoch  # noqa: E402
-from groundtruth import all_keys, judge, key_of, latency_quantile, load_truth, ops_of  # noqa: E402
+from groundtruth import (all_keys, depth_figures_of, judge, key_of,  # noqa: E402
+                         latency_quantile, load_truth, ops_of)
 from macro_finetune import (finetune_table, measure, setting_name, setting_of,  # noqa: E402
                             layer_bias, skip_bias, unfiltered_table)
 from macro_paired import report_paired  # noqa: E402
@@ -333,7 +334,8 @@ def decide(run_dir: Path, lut, space, probs, budget_us: float, floor: float, k: 
     keys = [key_of(ops) for ops in options]
     nw = naswot(keys) if needs(by, "naswot") else [None] * len(keys)
     figures = {"naswot": nw, "macs": [lut.raw_sum(ops, "macs") for ops in options],
-               "theta": log_probabilities(space, probs, options), "depth": depths(options)}
+               "theta": log_probabilities(space, probs, options),
+               **depth_figures(space, options)}
     shot = [{}] * len(keys)
     if needs(by, "top1"):  # every network, or a shortlist rule's few, as Search.rerank does
         todo = shortlist(by, len(keys), **figures)
@@ -396,7 +398,7 @@ def recheck(checked: list[list], by: str, lut, naswot: Naswot) -> str | None:
         scores = scores if None not in scores else naswot(keys)
     figures = {"macs": [lut.raw_sum(ops_of(k), "macs") for k in keys], "naswot": scores,
                "theta": [c[4] if len(c) > 4 else None for c in checked],
-               "depth": depths([ops_of(k) for k in keys])}
+               **depth_figures_of(keys)}
     if needs(by, "top1") and any(checked[i][1] is None
                                  for i in shortlist(by, len(keys), **figures)):
         return None

@@ -14,6 +14,7 @@ The file is a JSON object keyed by 8 digits, layer 1 first: 0 ``skip``, 1 ``k3_e
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -39,6 +40,22 @@ def key_of(ops: list[str]) -> str:
         bad = next(op for op in ops if op not in DIGITS)
         raise FbnasError(f"op {brief(bad)} is not a NAS-Bench-Macro candidate (the space has "
                          f"{', '.join(DIGITS)})") from None
+
+
+def depth_figures_of(keys: list[str]) -> dict[str, list[int]]:
+    """The "depth" and "early_depth" figures of the networks ``keys`` of the bundled space
+    ``nasbench_macro`` (its layers 7 and 8 run at the final resolution), as a check has
+    them (fbnas.search.oneshot_check.depth_figures)."""
+    from fbnas.search.oneshot_check import depth_figures
+
+    return depth_figures(_macro_space(), [ops_of(k) for k in keys])
+
+
+@functools.cache
+def _macro_space():
+    from fbnas.arch.space import load_space
+
+    return load_space("nasbench_macro")
 
 
 def ops_of(key: str) -> list[str]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from groundtruth import DIGITS, judge, key_of, ops_of  # bench/, beside this file
+from groundtruth import DIGITS, depth_figures_of, judge, key_of, ops_of  # bench/, beside this file
 from macro_report import SEED_STD, tau
 
 
@@ -251,7 +251,7 @@ def unfiltered_gaps(row: dict, twin: dict | None) -> tuple[float, float] | None:
     truth = dict(zip(row["keys"], row["truth"]))
     figures = {"naswot": [c[3] for c in twin["found_candidates"]],
                "theta": [c[4] for c in twin["found_candidates"]],
-               "depth": [len(k) - ops_of(k).count("skip") for k in keys]}
+               **depth_figures_of(keys)}
     out = []
     for when in ("before", "after"):
         top1 = dict(zip(row["keys"], (a for a, _ in row[when])))

@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from groundtruth import ops_of  # bench/, beside this file
+from groundtruth import depth_figures_of, ops_of  # bench/, beside this file
 from macro_report import SEED_STD, tau
 
 #: the sweep's budgets: every 5th percentile of the space's predicted latencies, 5th to 95th
@@ -137,7 +137,7 @@ def shortlist_taus(rows: list[dict], truth) -> dict[str, float]:
     trained weights add. Under a DEEPEST rule the decision ranks by depth first (only the
     fewest-skip networks compete), then by its weighted score; depth's own tau shows too."""
     from fbnas.config import DEEPEST_RULES, FIGURE_NAMES, WEIGHTED_RULES
-    from fbnas.search.oneshot_check import depth_first, depths, weighted_score
+    from fbnas.search.oneshot_check import depth_first, weighted_score
 
     taus: dict[str, list[float]] = {}
     for r in rows:
@@ -151,7 +151,7 @@ def shortlist_taus(rows: list[dict], truth) -> dict[str, float]:
         values = {FIGURE_NAMES[f]: v for f, v in figures.items()}
         values["the decision"] = list(weighted_score(rule, figures))
         if rule in DEEPEST_RULES:
-            values["depth"] = depths([ops_of(c[0]) for c in listed])
+            values["depth"] = depth_figures_of([c[0] for c in listed])[DEEPEST_RULES[rule]]
             values["the decision"] = depth_first(values["depth"], values["the decision"])
         true = [truth[c[0]] for c in listed]
         for name, v in values.items():
@@ -162,18 +162,19 @@ def shortlist_taus(rows: list[dict], truth) -> dict[str, float]:
 def shortlist_ceilings(rows: list[dict], truth) -> dict[str, list[float]]:
     """The gaps to the oracle of the best each check could have kept, over the rows whose
     check scored a shortlist one-shot: the best network of the shortlist, and the best of its
-    fewest-skip networks (the only ones a DEEPEST rule lets compete). Why: they split a
+    fewest-skip networks (the only ones a DEEPEST rule lets compete; skips counted as the
+    row's rule counts them, all layers under any other rule). Why: they split a
     search's gap into what the shortlist lost (no better network in it) and what the
     decision lost (a better one in it, not kept), so a change aims at the part that costs;
     {} where no row scored a shortlist."""
-    from fbnas.search.oneshot_check import depths
+    from fbnas.config import DEEPEST_RULES
 
     out: dict[str, list[float]] = {}
     for r in rows:
         keys = [c[0] for c in r.get("found_candidates") or [] if c[1] is not None]
         if not keys or len(keys) == len(r["found_candidates"]):
             continue
-        deep = depths([ops_of(k) for k in keys])
+        deep = depth_figures_of(keys)[DEEPEST_RULES.get(r.get("rerank_by"), "depth")]
         fewest = [k for k, d in zip(keys, deep) if d == max(deep)]
         out.setdefault("the shortlist's best", []).append(
             r["oracle_accuracy"] - max(truth[k] for k in keys))

@@ -64,25 +64,34 @@ def number_problem(value: Any, high: float = FLOAT32_MAX, why: str = FLOAT32_WHY
 #: whose ranks it sums, the first breaking ties. Figures: "top1", the one-shot top-1 on the
 #: val split; "macs", the network's multiply-adds; "naswot", the training-free score of a
 #: fresh copy; "theta", the network's log-probability under softmax(theta); "depth", the
-#: number of layers that are not ``skip``
+#: number of layers that are not ``skip``; "early_depth", those of them whose input is larger
+#: than the network's final resolution (a ``skip`` at the final resolution is not counted)
 RERANK_RULES = {"top1": ("top1",), "top1_and_macs": ("top1", "macs"), "naswot": ("naswot",),
                 "naswot_and_top1": ("naswot", "top1"), "naswot_and_theta": ("naswot", "theta"),
                 "naswot_and_theta_then_top1": ("naswot", "theta", "top1"),
                 "naswot_and_theta_then_one_shot": ("naswot", "theta", "top1"),
                 "naswot_and_theta_deepest": ("naswot", "theta", "depth"),
-                "naswot_and_theta_deepest_then_one_shot": ("naswot", "theta", "top1", "depth")}
+                "naswot_and_theta_deepest_then_one_shot": ("naswot", "theta", "top1", "depth"),
+                "naswot_and_theta_early_deepest_then_one_shot": ("naswot", "theta", "top1",
+                                                                 "early_depth")}
 #: rules that score only a shortlist one-shot: rule -> (the rule that draws the shortlist up
 #: from every checked network, how many it keeps)
 SHORTLISTED_RULES = {"naswot_and_theta_then_top1": ("naswot_and_theta", 8),
                      "naswot_and_theta_then_one_shot": ("naswot_and_theta", 16),
                      "naswot_and_theta_deepest": ("naswot_and_theta", 16),
-                     "naswot_and_theta_deepest_then_one_shot": ("naswot_and_theta", 16)}
+                     "naswot_and_theta_deepest_then_one_shot": ("naswot_and_theta", 16),
+                     "naswot_and_theta_early_deepest_then_one_shot": ("naswot_and_theta", 16)}
 #: shortlisted rules under which only the shortlist's deepest networks (the fewest ``skip``
-#: layers) compete. Why: on NAS-Bench-Macro a budget's best networks have few skip layers
-#: (the benchmark's mean top-1 falls from 92.6% with none to 88.9% with four), while both
-#: the one-shot top-1 (shallow paths train fastest) and NASWOT kept 4-skip networks over the
-#: near-best 2-skip ones of the same shortlist (docs/notebook/macro-one-shot-check.md)
-DEEPEST_RULES = ("naswot_and_theta_deepest", "naswot_and_theta_deepest_then_one_shot")
+#: layers) compete: rule -> the figure that counts depth. Why: on NAS-Bench-Macro a budget's
+#: best networks have few skip layers (the benchmark's mean top-1 falls from 92.6% with none
+#: to 88.9% with four), while both the one-shot top-1 (shallow paths train fastest) and
+#: NASWOT kept 4-skip networks over the near-best 2-skip ones of the same shortlist
+#: (docs/notebook/macro-one-shot-check.md). "early_depth" leaves the final resolution's
+#: layers out: there the best networks of the wider budgets skip (22222200), and counting
+#: those skips kept narrow networks with none (docs/notebook/macro-early-depth.md)
+DEEPEST_RULES = {"naswot_and_theta_deepest": "depth",
+                 "naswot_and_theta_deepest_then_one_shot": "depth",
+                 "naswot_and_theta_early_deepest_then_one_shot": "early_depth"}
 #: rules that sum weighted z-scores instead of ranks (a shortlisted one's z-scores within its
 #: shortlist): rule -> {figure: weight}. Theta's weight is the one that came closest to the
 #: best network; one-shot and NASWOT weigh alike as they ranked a budget's window alike, and
@@ -90,21 +99,26 @@ DEEPEST_RULES = ("naswot_and_theta_deepest", "naswot_and_theta_deepest_then_one_
 WEIGHTED_RULES = {"naswot_and_theta": {"naswot": 1.0, "theta": 0.25},
                   "naswot_and_theta_then_one_shot": {"top1": 1.0, "naswot": 1.0, "theta": 0.25},
                   "naswot_and_theta_deepest_then_one_shot": {"top1": 1.0, "naswot": 1.0,
-                                                             "theta": 0.25}}
+                                                             "theta": 0.25},
+                  "naswot_and_theta_early_deepest_then_one_shot": {"top1": 1.0, "naswot": 1.0,
+                                                                   "theta": 0.25}}
 #: how messages name each figure ("best NASWOT and theta of the 64 most probable")
 FIGURE_NAMES = {"top1": "one-shot", "macs": "MACs", "naswot": "NASWOT", "theta": "theta",
-                "depth": "depth"}
+                "depth": "depth", "early_depth": "depth before the final resolution"}
 
 
 def rule_label(rule: str) -> str:
     """A rule's figures as messages name them, e.g. "one-shot and MACs", "NASWOT, theta
     and one-shot", or "NASWOT and theta among the fewest skip" for a DEEPEST rule (depth
     filters there, it is not summed)."""
-    names = [FIGURE_NAMES[f] for f in RERANK_RULES[rule]
-             if not (rule in DEEPEST_RULES and f == "depth")]
+    depth = DEEPEST_RULES.get(rule)
+    names = [FIGURE_NAMES[f] for f in RERANK_RULES[rule] if f != depth]
     label = (" and ".join(names) if len(names) < 3
              else f"{', '.join(names[:-1])} and {names[-1]}")
-    return f"{label} among the fewest skip" if rule in DEEPEST_RULES else label
+    if depth is None:
+        return label
+    where = " before the final resolution" if depth == "early_depth" else ""
+    return f"{label} among the fewest skip{where}"
 
 
 #: the rules that score every checked network one-shot, a pass over the val split each, so a
@@ -984,7 +998,9 @@ def reference() -> str:
             "The figures each rule compares the checked networks by (the first breaks ties): "
             "`top1` the one-shot val top-1, `macs` the multiply-adds, `naswot` the "
             "training-free score of a fresh copy, `theta` the log-probability under "
-            "softmax(theta), `depth` the number of layers that are not `skip`. `fbnas pick` "
+            "softmax(theta), `depth` the number of layers that are not `skip`, `early_depth` "
+            "those of them whose input is larger than the network's final resolution. "
+            "`fbnas pick` "
             "decides by the rules without `top1`."),
             "| rule | figures | how |", "| --- | --- | --- |"]
     for rule, figures in RERANK_RULES.items():
@@ -994,7 +1010,9 @@ def reference() -> str:
             then = (f"their weighted z-scores: {weights}" if weights
                     else "the sum of its rank and top1's" if "top1" in figures
                     else f"`{first}`'s order")
-            deepest = ", of them the deepest (fewest skip)" if rule in DEEPEST_RULES else ""
+            deepest = {"depth": ", of them the deepest (fewest skip)",
+                       "early_depth": ", of them the deepest before the final resolution "
+                                      "(fewest skip there)"}.get(DEEPEST_RULES.get(rule), "")
             how = f"`{first}`'s best {size}{deepest}, then {then}"
         elif weights:
             how = f"sum of weighted z-scores: {weights}"

@@ -25,13 +25,16 @@ breaking ties; docs/config.md lists them):
   shortlisted rule, but only the shortlist's networks with the fewest ``skip`` layers
   compete. Neither the one-shot top-1 (a shallow path trains fastest) nor NASWOT tells a
   budget's near-best networks with two skip layers from the worse ones with four, and on
-  NAS-Bench-Macro depth is what separates them.
+  NAS-Bench-Macro depth is what separates them. The ``early_deepest`` rule counts depth only
+  where a layer's input is larger than the network's final resolution: a ``skip`` among the
+  last, smallest layers costs least, and the wider budgets' best networks have two there.
 
 The figures: ``top1``, the one-shot val top-1 on the supernet's weights (BN re-estimated for
 each network; a pass over the held-out split a network); ``macs``, the table's multiply-adds;
 ``naswot``, the training-free score of a freshly initialised copy (fbnas/search/naswot.py;
 one batch's forward pass a network, so a check by it may list hundreds); ``theta``, the
-network's log-probability under softmax(theta); ``depth``, its layers that are not ``skip``.
+network's log-probability under softmax(theta); ``depth``, its layers that are not ``skip``;
+``early_depth``, those of them whose input is larger than the final resolution.
 
 Why MACs and NASWOT beside or instead of the one-shot top-1: a supernet trained for minutes
 ranks networks by how fast they learn, not by how well they end. The networks a search
@@ -56,9 +59,24 @@ def needs(rule: str, figure: str) -> bool:
     return figure in RULES[rule]
 
 
-def depths(networks: list[list[str]]) -> list[int]:
-    """Each network's number of layers that are not ``skip`` (the "depth" figure)."""
-    return [sum(op != "skip" for op in ops) for ops in networks]
+def depths(networks: list[list[str]], layers=None) -> list[int]:
+    """Each network's number of layers that are not ``skip`` (the "depth" figure); with
+    ``layers`` (indices), among those layers only."""
+    return [sum(op != "skip" for i, op in enumerate(ops) if layers is None or i in layers)
+            for ops in networks]
+
+
+def early_layers(space) -> set[int]:
+    """The indices of the layers whose input is larger than the network's final resolution
+    (the last layer's output): the layers the "early_depth" figure counts."""
+    final = space.layers[-1].out_hw
+    return {layer.index for layer in space.layers if (layer.h, layer.w) != final}
+
+
+def depth_figures(space, networks: list[list[str]]) -> dict[str, list[int]]:
+    """The "depth" and "early_depth" figures of ``networks`` of ``space``, as a DEEPEST
+    rule's check takes them."""
+    return {"depth": depths(networks), "early_depth": depths(networks, early_layers(space))}
 
 
 def depth_first(depth: list[int], score) -> list[float]:
@@ -131,8 +149,9 @@ def choose(rule: str, *, filter_depth: bool = True, **figures: list[float]) -> i
             mine = score
         among = range(len(keep))
         if rule in DEEPEST and filter_depth:  # the z-scores stay those of the whole shortlist
-            most = max(figures["depth"][i] for i in keep)
-            among = [j for j in among if figures["depth"][keep[j]] == most]
+            depth = figures[DEEPEST[rule]]
+            most = max(depth[i] for i in keep)
+            among = [j for j in among if depth[keep[j]] == most]
         return keep[max(among, key=lambda j: (mine[j], score[j], -keep[j]))]
     used = [figures[f] for f in RULES[rule]]
     n = range(len(used[0]))

@@ -59,7 +59,7 @@ def pick(cfg, networks: int = DEFAULT_NETWORKS, rule: str = PICK_RULES[0],
     from fbnas.search.window import check_budget
     from fbnas.search.latency_prior import latency_prior, search_theta_steps
     from fbnas.search.naswot import data_images, score_architectures
-    from fbnas.search.oneshot_check import checked_networks, choose, depths, log_probabilities
+    from fbnas.search.oneshot_check import checked_networks, choose, depth_figures, log_probabilities
 
     if rule not in PICK_RULES:
         raise UsageError(f"a pick decides by {' or '.join(PICK_RULES)}, not {brief(rule)}: the "
@@ -95,7 +95,7 @@ def pick(cfg, networks: int = DEFAULT_NETWORKS, rule: str = PICK_RULES[0],
     else:
         scores = scorer(options)
     log_probs = log_probabilities(space, probs, options)
-    best = choose(rule, naswot=scores, theta=log_probs, depth=depths(options))
+    best = choose(rule, naswot=scores, theta=log_probs, **depth_figures(space, options))
     candidates = [{"ops": ops, "naswot": s, "log_prob": lp, "latency_us": lut.predict(ops)}
                   for ops, s, lp in zip(options, scores, log_probs)]
     return {"ops": options[best], "rank": best, "candidates": candidates, "probs": probs,

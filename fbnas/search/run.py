@@ -44,7 +44,7 @@ from fbnas.runs.trainer import Batch, Trainer
 from fbnas.search.checkpoint import check_search_parts
 from fbnas.search.health import search_warnings, skip_count
 from fbnas.search.loss import multiplier_step, paper_loss, target_loss
-from fbnas.search.oneshot_check import (RULES, checked_networks, choose, depths,
+from fbnas.search.oneshot_check import (RULES, checked_networks, choose, depth_figures,
                                         log_probabilities, needs, shortlist)
 from fbnas.search.pictures import progress_chart, theta_heatmap, write_png
 from fbnas.search.supernet import Supernet, recalibrated_bn
@@ -307,7 +307,7 @@ class Search(Trainer):
 
     #: where each figure of a rule (oneshot_check.RULES) is kept in a checked network's record
     CHECK_KEYS = {"top1": "val_top1", "macs": "macs", "naswot": "naswot",
-                  "theta": "log_prob", "depth": "depth"}
+                  "theta": "log_prob", "depth": "depth", "early_depth": "early_depth"}
 
     def rerank(self) -> dict | None:
         """Score the ``search.rerank`` most probable networks within the budget's window (and,
@@ -327,9 +327,11 @@ class Search(Trainer):
         probs = self.probabilities_np()
         options = checked_networks(self.lut, self.space, probs, self.budget.us,
                                    self.budget.floor, k, self.cfg.search.rerank_alternatives)
-        scored = [{"ops": ops, "macs": self.lut.raw_sum(ops, "macs"), "log_prob": lp, "depth": d}
-                  for ops, lp, d in zip(options, log_probabilities(self.space, probs, options),
-                                        depths(options))]
+        deep = depth_figures(self.space, options)
+        scored = [{"ops": ops, "macs": self.lut.raw_sum(ops, "macs"), "log_prob": lp, "depth": d,
+                   "early_depth": e}
+                  for ops, lp, d, e in zip(options, log_probabilities(self.space, probs, options),
+                                           deep["depth"], deep["early_depth"])]
         if needs(rule, "naswot"):
             from fbnas.search.naswot import data_images, score_architectures
 

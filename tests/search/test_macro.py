@@ -301,7 +301,7 @@ def test_a_rows_recipe_names_what_decides_the_search():
     assert bench().recipe_of(load_config(REPO / "configs" / "macro.yaml")) == \
         "8 epochs, 4 weights-only, shared weights, reinforce theta steps (16 a weight step in " \
         "the last epoch) (theta lr falling to 0 over the last epoch), check by " \
-        "naswot_and_theta_deepest_then_one_shot of 256"
+        "naswot_and_theta_early_deepest_then_one_shot of 256"
     # the check: another rule, or another number of networks checked
     assert recipe("search.rerank_by=naswot_and_theta", "search.rerank=256").endswith(
         "(theta lr falling to 0 over the last epoch), check by naswot_and_theta of 256")
