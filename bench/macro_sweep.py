@@ -151,8 +151,10 @@ def shortlist_taus(rows: list[dict], truth) -> dict[str, float]:
         values = {FIGURE_NAMES[f]: v for f, v in figures.items()}
         values["the decision"] = list(weighted_score(rule, figures))
         if rule in DEEPEST_RULES:
-            values["depth"] = depth_figures_of([c[0] for c in listed])[DEEPEST_RULES[rule]]
-            values["the decision"] = depth_first(values["depth"], values["the decision"])
+            depth = DEEPEST_RULES[rule]
+            values[FIGURE_NAMES[depth]] = depth_figures_of([c[0] for c in listed])[depth]
+            values["the decision"] = depth_first(values[FIGURE_NAMES[depth]],
+                                                 values["the decision"])
         true = [truth[c[0]] for c in listed]
         for name, v in values.items():
             taus.setdefault(name, []).append(tau(v, true))

@@ -298,4 +298,6 @@ def test_messages_name_a_deepest_rule_by_what_it_sums_and_its_filter():
     assert rule_label("naswot_and_theta_deepest_then_one_shot") == \
         "NASWOT, theta and one-shot among the fewest skip"
     assert rule_label("naswot_and_theta_deepest") == "NASWOT and theta among the fewest skip"
+    assert rule_label("naswot_and_theta_early_deepest_then_one_shot") == \
+        "NASWOT, theta and one-shot among the fewest skip before the final resolution"
     assert rule_label("naswot_and_theta_then_one_shot") == "NASWOT, theta and one-shot"

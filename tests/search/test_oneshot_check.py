@@ -182,6 +182,27 @@ def test_deepest_rules_let_only_the_shortlists_fewest_skip_networks_compete():
             == choose("naswot_and_theta_then_one_shot", naswot=naswot, theta=theta, top1=top1))
 
 
+def test_early_depth_counts_skips_only_where_the_input_is_larger_than_the_final_resolution():
+    from fbnas.arch.space import load_space
+    from fbnas.search.oneshot_check import depth_figures, early_layers
+
+    space = load_space("nasbench_macro")  # 32x32 in, three stride-2 stages: 4x4 at the end
+    # layer 6 (the 6th, stride 2) brings 8x8 to 4x4; the 7th and 8th run at 4x4
+    assert early_layers(space) == {0, 1, 2, 3, 4, 5}
+    wide = ["k5_e6"] * 6 + ["skip", "skip"]  # two skips at the final resolution
+    narrow = ["k3_e3"] * 8
+    shallow = ["k5_e6", "skip", "k5_e6", "skip", "k5_e6", "k5_e6", "k5_e6", "k5_e6"]
+    figures = depth_figures(space, [wide, narrow, shallow])
+    assert figures == {"depth": [6, 8, 6], "early_depth": [6, 6, 4]}
+    # the early rule lets the wide network compete beside the narrow one and keeps it on its
+    # better scores; the plain deepest rule lets only the narrow one compete
+    naswot, theta, top1 = [2.0, 1.0, 3.0], [-1.0, -1.0, -1.0], [50.0, 45.0, 55.0]
+    assert choose("naswot_and_theta_early_deepest_then_one_shot", naswot=naswot, theta=theta,
+                  top1=top1, **figures) == 0
+    assert choose("naswot_and_theta_deepest_then_one_shot", naswot=naswot, theta=theta,
+                  top1=top1, **figures) == 1
+
+
 def test_depth_filter_moved_says_whether_the_fewest_skip_filter_changed_the_decision():
     from fbnas.search.oneshot_check import depth_filter_moved
 
