@@ -147,7 +147,8 @@ def test_repository_configs_are_the_bundled_ones_on_the_shared_subset():
         assert (cfg.search.theta_estimator, cfg.search.alternation, cfg.optim.theta.lr,
                 cfg.search.mode) == ("reinforce", "step", 0.05, "hard")
     assert (demo.search.rerank_by, demo.search.rerank) == ("top1_and_macs", 8)
-    assert (macro.search.rerank_by, macro.search.rerank) == ("naswot_and_theta_deepest_then_one_shot", 256)
+    assert (macro.search.rerank_by, macro.search.rerank) == (
+        "naswot_and_theta_early_deepest_then_one_shot", 256)
     assert (macro.space, macro.search.epochs, macro.warmup_epochs) == ("nasbench_macro", 8, 4)
     assert (demo.search.final_theta_steps, macro.search.final_theta_steps) == (0, 16)
     assert (demo.optim.theta.final_lr, macro.optim.theta.final_lr) == (None, 0)
@@ -180,12 +181,14 @@ def test_the_bundled_budget_recipe_is_the_measured_one_for_any_space():
         "search.rerank_by": "naswot_and_theta_deepest_then_one_shot", "loss.form": "target",
         "optim.weights.lr": 0.05, "optim.weights.warmup_epochs": 0.5, "optim.theta.lr": 0.05,
         "optim.theta.final_lr": 0.0}
-    # the NAS-Bench-Macro search adds this checkout's paths and its space's two settings; the
-    # demo cuts the recipe to a few minutes and checks as fbnet_cifar was measured
+    # the NAS-Bench-Macro search adds this checkout's paths, its space's two settings and a
+    # depth filter that leaves the final resolution out; the demo cuts the recipe to a few
+    # minutes and checks as fbnet_cifar was measured
     assert changed(load_config(REPO / "configs" / "macro.yaml"), budget) == {
         "space": "nasbench_macro", "lut": "lookup_tables/nasbench_macro_ort.json",
         "data.dir": "../shared/data/cifar10-subset", "search.shared_weights": True,
-        "search.rerank": 256, "loss.target_ms": 1.0, "run.threads": 2}
+        "search.rerank": 256, "search.rerank_by": "naswot_and_theta_early_deepest_then_one_shot",
+        "loss.target_ms": 1.0, "run.threads": 2}
     with pytest.raises(UsageError, match="needs a latency budget: give --target-ms"):
         load_config("budget")
     assert changed(load_config(REPO / "configs" / "demo.yaml"), budget) == {
