@@ -102,6 +102,9 @@ WEIGHTED_RULES = {"naswot_and_theta": {"naswot": 1.0, "theta": 0.25},
                                                              "theta": 0.25},
                   "naswot_and_theta_early_deepest_then_one_shot": {"top1": 1.0, "naswot": 1.0,
                                                                    "theta": 0.25}}
+#: where a DEEPEST rule's depth figure counts the skips, as messages say it after "the fewest
+#: skip"
+DEPTH_WHERE = {"depth": "", "early_depth": " before the final resolution"}
 #: how messages name each figure ("best NASWOT and theta of the 64 most probable")
 FIGURE_NAMES = {"top1": "one-shot", "macs": "MACs", "naswot": "NASWOT", "theta": "theta",
                 "depth": "depth", "early_depth": "depth before the final resolution"}
@@ -115,10 +118,7 @@ def rule_label(rule: str) -> str:
     names = [FIGURE_NAMES[f] for f in RERANK_RULES[rule] if f != depth]
     label = (" and ".join(names) if len(names) < 3
              else f"{', '.join(names[:-1])} and {names[-1]}")
-    if depth is None:
-        return label
-    where = " before the final resolution" if depth == "early_depth" else ""
-    return f"{label} among the fewest skip{where}"
+    return label if depth is None else f"{label} among the fewest skip{DEPTH_WHERE[depth]}"
 
 
 #: the rules that score every checked network one-shot, a pass over the val split each, so a
@@ -1010,9 +1010,8 @@ def reference() -> str:
             then = (f"their weighted z-scores: {weights}" if weights
                     else "the sum of its rank and top1's" if "top1" in figures
                     else f"`{first}`'s order")
-            deepest = {"depth": ", of them the deepest (fewest skip)",
-                       "early_depth": ", of them the deepest before the final resolution "
-                                      "(fewest skip there)"}.get(DEEPEST_RULES.get(rule), "")
+            deepest = (f", of them the deepest{DEPTH_WHERE[DEEPEST_RULES[rule]]} (fewest skip)"
+                       if rule in DEEPEST_RULES else "")
             how = f"`{first}`'s best {size}{deepest}, then {then}"
         elif weights:
             how = f"sum of weighted z-scores: {weights}"
