@@ -284,7 +284,7 @@ def unfiltered_table(rows: list[dict], twins: dict) -> str | None:
     on the same searches. Why: the filter lets only the shortlist's deepest networks compete,
     so a better order across depths can move only the decisions without it; and NASWOT,
     summed into the rule, has its own lean towards depth. None where no row has one."""
-    from fbnas.config import DEEPEST_RULES
+    from fbnas.check_rules import DEEPEST_RULES
 
     lines = ["| fine-tuning | searches | filtered: before | after | unfiltered: before | "
              "after | one-shot alone: before | after |", "|---|---:|---|---|---|---|---|---|"]

@@ -136,7 +136,7 @@ def shortlist_taus(rows: list[dict], truth) -> dict[str, float]:
     training-free score already rates best, so there the decision must rank by what the
     trained weights add. Under a DEEPEST rule the decision ranks by depth first (only the
     fewest-skip networks compete), then by its weighted score; depth's own tau shows too."""
-    from fbnas.config import DEEPEST_RULES, FIGURE_NAMES, WEIGHTED_RULES
+    from fbnas.check_rules import DEEPEST_RULES, FIGURE_NAMES, WEIGHTED_RULES
     from fbnas.search.oneshot_check import depth_first, weighted_score
 
     taus: dict[str, list[float]] = {}
@@ -169,7 +169,7 @@ def shortlist_ceilings(rows: list[dict], truth) -> dict[str, list[float]]:
     search's gap into what the shortlist lost (no better network in it) and what the
     decision lost (a better one in it, not kept), so a change aims at the part that costs;
     {} where no row scored a shortlist."""
-    from fbnas.config import DEEPEST_RULES
+    from fbnas.check_rules import DEEPEST_RULES
 
     out: dict[str, list[float]] = {}
     for r in rows:

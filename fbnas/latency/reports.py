@@ -13,7 +13,7 @@ MAC)".
 from __future__ import annotations
 
 from fbnas.arch.definition import layer_rows
-from fbnas.config import RERANK_RULES, rule_label
+from fbnas.check_rules import RERANK_RULES, rule_label
 from fbnas.latency.matching import match_lut, row_latencies
 from fbnas.latency.measure import layer_stats
 

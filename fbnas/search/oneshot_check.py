@@ -4,7 +4,7 @@ it keeps.
 After the last epoch of a search under a budget, the ``search.rerank`` most probable networks
 within the budget's window are compared (:meth:`fbnas.search.run.Search.rerank`); this module
 lists them (:func:`checked_networks`) and decides among them by ``search.rerank_by``, whose
-rules are defined once in :data:`fbnas.config.RERANK_RULES` (each rule's figures, the first
+rules are defined once in :data:`fbnas.check_rules.RERANK_RULES` (each rule's figures, the first
 breaking ties; docs/config.md lists them):
 
 - a single figure: the best value, ties to the more probable network;
@@ -48,10 +48,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from fbnas.config import DEEPEST_RULES as DEEPEST
-from fbnas.config import RERANK_RULES as RULES
-from fbnas.config import SHORTLISTED_RULES as SHORTLISTED
-from fbnas.config import WEIGHTED_RULES as WEIGHTED
+from fbnas.check_rules import DEEPEST_RULES as DEEPEST
+from fbnas.check_rules import RERANK_RULES as RULES
+from fbnas.check_rules import SHORTLISTED_RULES as SHORTLISTED
+from fbnas.check_rules import WEIGHTED_RULES as WEIGHTED
 
 
 def needs(rule: str, figure: str) -> bool:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from fbnas.config import PICK_RULES
+from fbnas.check_rules import PICK_RULES
 
 #: networks scored by default: the list length measured on NAS-Bench-Macro
 DEFAULT_NETWORKS = 256
@@ -108,7 +108,7 @@ def pick_to_file(cfg, out: Path, name: str, networks: int = DEFAULT_NETWORKS,
     """:func:`pick`, then add the network to the architecture file ``out`` as ``name`` (the
     file ``fbnas retrain``, ``summary``, ``latency`` and ``export`` read); return its entry."""
     from fbnas.arch.definition import add_architectures, read_arch_file
-    from fbnas.config import rule_label as label
+    from fbnas.check_rules import rule_label as label
     from fbnas.errors import FbnasError
     from fbnas.io import check_writable, file_hash
     from fbnas.latency.reports import format_entry

@@ -297,7 +297,7 @@ def test_the_config_reference_is_what_the_declarations_render():
 def test_messages_name_a_deepest_rule_by_what_it_sums_and_its_filter():
     # a search's log and fbnas pick say "best NASWOT, theta and one-shot among the fewest
     # skip of 256 checked": depth filters the shortlist, it is not a summed figure
-    from fbnas.config import rule_label
+    from fbnas.check_rules import rule_label
     assert rule_label("naswot_and_theta_deepest_then_one_shot") == \
         "NASWOT, theta and one-shot among the fewest skip"
     assert rule_label("naswot_and_theta_deepest") == "NASWOT and theta among the fewest skip"

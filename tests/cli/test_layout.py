@@ -3,10 +3,10 @@
 arch (what a network is) -> latency (what it costs) -> data (what a run reads) -> runs
 (how a network trains) -> search (the supernet and theta) -> cli on top. data needs no
 network and no table, but the trainer reads it, so it sits between latency and runs. The
-shared top-level modules (errors, io, resources, progress, machine) import no subpackage;
-config reads search spaces (arch). An import that ran the other way would tie a lower step to
-a higher one: a table could not be profiled without the trainer, or a data folder checked
-without the training loop, for example.
+shared top-level modules (errors, io, resources, progress, machine, check_rules) import no
+subpackage; config reads search spaces (arch). An import that ran the other way would tie a
+lower step to a higher one: a table could not be profiled without the trainer, or a data
+folder checked without the training loop, for example.
 """
 
 import ast
@@ -17,11 +17,12 @@ import fbnas
 PACKAGE = Path(fbnas.__file__).parent
 ORDER = ["arch", "latency", "data", "runs", "search"]
 # top-level modules and the subpackages each may import
-TOP = {"errors": [], "io": [], "resources": [], "progress": [], "machine": [], "config": ["arch"],
+TOP = {"errors": [], "io": [], "resources": [], "progress": [], "machine": [], "check_rules": [],
+       "config": ["arch"],
        "__init__": ["arch"], "__main__": [], "cli": ORDER}
 
 
-SHARED = {"errors", "io", "resources", "progress", "machine"}
+SHARED = {"errors", "io", "resources", "progress", "machine", "check_rules"}
 
 
 def imports_of(path: Path) -> set[str]:

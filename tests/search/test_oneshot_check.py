@@ -83,7 +83,7 @@ def test_log_probabilities_sum_each_layers_log_probability_of_the_network():
 
 
 def test_the_config_knows_which_rules_score_one_shot():
-    from fbnas.config import ONE_SHOT_RULES
+    from fbnas.check_rules import ONE_SHOT_RULES
     from fbnas.search.oneshot_check import RULES, SHORTLISTED, needs
 
     # a rule that scores only a shortlist one-shot may check as many networks as NASWOT can
@@ -94,7 +94,8 @@ def test_the_config_knows_which_rules_score_one_shot():
 def test_the_rules_are_defined_once_and_pick_takes_those_without_a_supernet():
     import dataclasses
 
-    from fbnas.config import PICK_RULES, RERANK_RULES, SearchConfig
+    from fbnas.config import SearchConfig
+    from fbnas.check_rules import PICK_RULES, RERANK_RULES
     from fbnas.search.oneshot_check import RULES, needs
 
     field = {f.name: f for f in dataclasses.fields(SearchConfig)}["rerank_by"]
