@@ -73,8 +73,8 @@ import time
 from pathlib import Path
 
 from fbnas.arch.space import load_space
-from fbnas.config import load_config
 from fbnas.check_rules import PICK_RULES
+from fbnas.config import load_config
 from fbnas.latency.lut import load_lut
 from fbnas.machine import cpu_identity, cpu_model
 from fbnas.runs.checkpoint import load_checkpoint

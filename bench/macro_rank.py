@@ -28,7 +28,8 @@ from fbnas.search.oneshot_check import depth_first, z_scores
 #: the figures each row measures, larger meaning better for each
 BASE = ("one_shot", "one_shot_all", "naswot", "macs", "theta", "depth")
 #: combinations: name -> {figure: weight} of a weighted sum of z-scores (within the sample);
-#: the weighted check rules first (fbnas.check_rules.WEIGHTED_RULES: naswot_and_theta, the default)
+#: the weighted check rules first (fbnas.check_rules.WEIGHTED_RULES: naswot_and_theta, the
+#: default)
 COMBINED = {**WEIGHTED_RULES,
             "one_shot_and_naswot": {"one_shot": 1.0, "naswot": 1.0},
             "one_shot_and_naswot_and_theta": {"one_shot": 1.0, "naswot": 1.0, "theta": 0.25},

@@ -11,11 +11,14 @@ the config (below the search in the package's order) can name the rules the sear
 
 from __future__ import annotations
 
-#: every rule: rule -> the figures whose ranks it sums, the first breaking ties. Figures: "top1", the one-shot top-1 on the
-#: val split; "macs", the network's multiply-adds; "naswot", the training-free score of a
-#: fresh copy; "theta", the network's log-probability under softmax(theta); "depth", the
-#: number of layers that are not ``skip``; "early_depth", those of them whose input is larger
-#: than the network's final resolution (a ``skip`` at the final resolution is not counted)
+#: what each figure is (the config reference says it before the table of rules)
+FIGURES_DOC = ("`top1` the one-shot val top-1, `macs` the multiply-adds, `naswot` the "
+               "training-free score of a fresh copy, `theta` the log-probability under "
+               "softmax(theta), `depth` the number of layers that are not `skip`, `early_depth` "
+               "those of them whose input is larger than the network's final resolution")
+
+#: every rule: rule -> the figures whose ranks it sums, the first breaking ties (what each
+#: figure is: FIGURES_DOC)
 RERANK_RULES = {"top1": ("top1",), "top1_and_macs": ("top1", "macs"), "naswot": ("naswot",),
                 "naswot_and_top1": ("naswot", "top1"), "naswot_and_theta": ("naswot", "theta"),
                 "naswot_and_theta_then_top1": ("naswot", "theta", "top1"),
@@ -80,13 +83,6 @@ ONE_SHOT_RULES = tuple(rule for rule, figures in RERANK_RULES.items()
 PICK_RULES = tuple(sorted((rule for rule, figures in RERANK_RULES.items()
                            if "top1" not in figures),
                           key=lambda rule: rule != "naswot_and_theta"))
-
-
-#: what each figure is, as the config reference says it before the table of rules
-FIGURES_DOC = ("`top1` the one-shot val top-1, `macs` the multiply-adds, `naswot` the "
-               "training-free score of a fresh copy, `theta` the log-probability under "
-               "softmax(theta), `depth` the number of layers that are not `skip`, `early_depth` "
-               "those of them whose input is larger than the network's final resolution")
 
 
 def how(rule: str) -> str:

@@ -22,10 +22,10 @@ from typing import Any, Optional
 
 import yaml
 
+from fbnas.check_rules import FIGURES_DOC, ONE_SHOT_RULES, RERANK_RULES, how
 from fbnas.errors import FbnasError, UsageError, brief
 from fbnas.io import load_yaml, parse_yaml
 from fbnas.resources import bundled, names_a_file
-from fbnas.check_rules import FIGURES_DOC, ONE_SHOT_RULES, RERANK_RULES, how
 
 # A relative default: the folder a user would download CIFAR-10 into (--download does).
 DEFAULT_DATA_DIR = "data/cifar10"

@@ -4,8 +4,8 @@ it keeps.
 After the last epoch of a search under a budget, the ``search.rerank`` most probable networks
 within the budget's window are compared (:meth:`fbnas.search.run.Search.rerank`); this module
 lists them (:func:`checked_networks`) and decides among them by ``search.rerank_by``, whose
-rules are defined once in :data:`fbnas.check_rules.RERANK_RULES` (each rule's figures, the first
-breaking ties; docs/config.md lists them):
+rules are defined once in :data:`fbnas.check_rules.RERANK_RULES` (each rule's figures, the
+first breaking ties; docs/config.md lists them):
 
 - a single figure: the best value, ties to the more probable network;
 - several figures: the best sum of their ranks among the checked networks, ties to the

@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from fbnas.arch.space import load_space
-from fbnas.config import Budget, Config
 from fbnas.check_rules import rule_label
+from fbnas.config import Budget, Config
 from fbnas.errors import FbnasError, UsageError
 from fbnas.io import file_hash
 from fbnas.latency.lut import load_lut
